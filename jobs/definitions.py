@@ -1,0 +1,5 @@
+"""The Dagster code location: `dagster definitions validate -w workspace.yaml` loads this."""
+
+import dagster as dg
+
+defs = dg.Definitions()

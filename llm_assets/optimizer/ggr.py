@@ -1,0 +1,274 @@
+"""Greedy Group Recursion (ggr_mlsys.txt section 2.2, Algorithm 1, typos fixed per DESIGN.md).
+
+At a sub-table (rows R, fields F) GGR scores every value v of every field c by
+`HITCOUNT(v, c) = weight(v) * (|R_v| - 1)` with `weight(v) = len(v)^2` summed over c and the
+fields functionally dependent on c; it takes the best (c, v), puts the group R_v first with c
+(and its dependants) leading, recurses into R_v without c, then continues on R minus R_v.
+
+What makes this implementation fast without changing the greedy choice:
+- Functional dependencies (given, or detected: two columns whose pair has as many distinct
+  values as each alone) merge into one compound field, coded once.
+- Columns are integer-coded once; counts come from array operations per sub-table.
+- Peeling: removing the rows of value v in field c changes no other count of c and only lowers
+  counts elsewhere, so every value of c scoring at least the best score in any other field
+  would be picked next anyway, in score order. All of them are taken in one round.
+- Sub-tables of at most `SMALL_NODE` rows run the same greedy in plain Python.
+Invariant: the result is a valid schedule (every row once, each row's fields a permutation).
+
+Early stopping (section 2.2.2): `max_depth` limits nesting, `min_score` stops forming groups
+worth less; what remains is ordered by column statistics and sorted lexicographically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from llm_assets.optimizer.column_stats import column_scores
+from llm_assets.optimizer.schedule import Schedule
+from llm_assets.optimizer.table import EncodedTable, TableLike, encode
+
+SMALL_NODE = 48
+"""Sub-tables with at most this many rows use the pure-Python greedy (less overhead)."""
+
+
+@dataclass(frozen=True)
+class GGRConfig:
+    """Knobs of GGR. Defaults run the full greedy to the end (no early stop)."""
+
+    fds: Sequence[Sequence[str]] | str | None = "auto"
+    """Functional dependencies as groups of mutually dependent fields; "auto" detects them,
+    None uses none."""
+    max_depth: int | None = None
+    """Maximum number of nested groups before falling back to statistics order."""
+    min_score: float = 0.0
+    """Groups whose HITCOUNT is not above this are not formed (statistics order instead)."""
+
+
+def detect_fds(enc: EncodedTable) -> list[list[str]]:
+    """Groups of fields in one-to-one correspondence on this table (pairwise FD both ways)."""
+    m = len(enc.fields)
+    distinct = [len(u) for u in enc.uniques]
+    parent = list(range(m))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for a in range(m):
+        for b in range(a + 1, m):
+            if distinct[a] != distinct[b] or find(a) == find(b):
+                continue
+            pair = enc.codes[:, a].astype(np.int64) * distinct[b] + enc.codes[:, b]
+            if len(np.unique(pair)) == distinct[a]:
+                parent[find(b)] = find(a)
+    groups: dict[int, list[str]] = {}
+    for j in range(m):
+        groups.setdefault(find(j), []).append(enc.fields[j])
+    return [g for g in groups.values() if len(g) > 1]
+
+
+@dataclass(frozen=True)
+class _Units:
+    """Fields merged along FDs. `codes[:, u]` follow string order of the members in order."""
+
+    members: tuple[tuple[int, ...], ...]
+    codes: np.ndarray
+    weights: tuple[np.ndarray, ...]
+    stats_order: tuple[int, ...]
+
+
+def _build_units(enc: EncodedTable, fd_groups: Sequence[Sequence[str]]) -> _Units:
+    index = {f: j for j, f in enumerate(enc.fields)}
+    score = column_scores(enc)
+    assigned: dict[int, int] = {}
+    groups: list[list[int]] = []
+    for group in fd_groups:
+        unknown = [f for f in group if f not in index]
+        if unknown:
+            raise KeyError(f"functional dependency names unknown field(s) {unknown}")
+        members = sorted({index[f] for f in group} - assigned.keys(), key=lambda j: -score[j])
+        for j in members:
+            assigned[j] = len(groups)
+        if members:
+            groups.append(members)
+    groups += [[j] for j in range(len(enc.fields)) if j not in assigned]
+    n = enc.num_rows
+    codes = np.empty((n, len(groups)), dtype=np.int32)
+    weights = []
+    for u, members in enumerate(groups):
+        squares = [enc.lengths[j] ** 2 for j in members]
+        if len(members) == 1:
+            codes[:, u] = enc.codes[:, members[0]]
+            weights.append(squares[0])
+            continue
+        _, first, inverse = np.unique(
+            enc.codes[:, members], axis=0, return_index=True, return_inverse=True
+        )
+        codes[:, u] = inverse.ravel()
+        weights.append(sum(sq[enc.codes[first, j]] for sq, j in zip(squares, members, strict=True)))
+    unit_score = [max(score[j] for j in members) for members in groups]
+    order = tuple(sorted(range(len(groups)), key=lambda u: -unit_score[u]))
+    return _Units(tuple(tuple(g) for g in groups), codes, tuple(weights), order)
+
+
+class _Greedy:
+    """One GGR run: emits (rows, unit order) blocks in schedule order."""
+
+    def __init__(self, units: _Units, config: GGRConfig):
+        self.units = units
+        self.config = config
+        self.threshold = max(config.min_score, 0.0)
+        self.out_rows: list[np.ndarray] = []
+        self.out_orders: list[tuple[int, ...]] = []
+        self.weight_lists: list[list[float] | None] = [None] * len(units.members)
+
+    # -- output -------------------------------------------------------------------------
+    def emit_fallback(self, rows: np.ndarray, prefix: tuple[int, ...], rest: Sequence[int]):
+        order = [u for u in self.units.stats_order if u in rest]
+        if len(rows) > 1 and order:
+            keys = [self.units.codes[rows, u] for u in reversed(order)]
+            rows = rows[np.lexsort(keys)]
+        self.out_rows.append(rows)
+        self.out_orders.append(prefix + tuple(order))
+
+    # -- array path ---------------------------------------------------------------------
+    def solve(self, rows: np.ndarray, rest: list[int], prefix: tuple[int, ...], depth: int):
+        n = len(rows)
+        if n <= 1 or len(rest) <= 1 or self._stopped(depth):
+            self.emit_fallback(rows, prefix, rest)
+            return
+        if n <= SMALL_NODE:
+            self.solve_small(rows.tolist(), rest, prefix, depth)
+            return
+        codes = self.units.codes
+        inv, cnt, score, wts, cand = [], [], [], [], []
+        for u in rest:
+            uniq, inverse, counts = np.unique(
+                codes[rows, u], return_inverse=True, return_counts=True
+            )
+            keep = counts > 1
+            local = np.cumsum(keep) - 1
+            local[~keep] = -1
+            cand.append(uniq[keep])
+            inv.append(local[inverse])
+            cnt.append(counts[keep].astype(np.float64))
+            wts.append(self.units.weights[u][uniq[keep]])
+            score.append(wts[-1] * (cnt[-1] - 1))
+        alive = np.ones(n, dtype=bool)
+        by_value: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        k = len(rest)
+        best = np.array([s.max() if len(s) else 0.0 for s in score])
+        while True:
+            c = int(np.argmax(best))
+            top = best[c]
+            if top <= self.threshold:
+                break
+            other = max((best[j] for j in range(k) if j != c), default=0.0)
+            floor = max(other, self.threshold)
+            picked = np.flatnonzero((score[c] >= floor) & (score[c] > self.threshold))
+            picked = picked[np.lexsort((cand[c][picked], -score[c][picked]))]
+            if c not in by_value:
+                order = np.argsort(inv[c], kind="stable")
+                starts = np.searchsorted(inv[c][order], np.arange(len(cand[c]) + 1))
+                by_value[c] = (order, starts)
+            order, starts = by_value[c]
+            child_rest = [u for j, u in enumerate(rest) if j != c]
+            taken = []
+            for v in picked.tolist():
+                members = order[starts[v] : starts[v + 1]]
+                members = members[alive[members]]
+                taken.append(members)
+                self.solve(rows[members], child_rest, prefix + (rest[c],), depth + 1)
+            taken = np.concatenate(taken)
+            alive[taken] = False
+            score[c][picked] = 0.0
+            best[c] = score[c].max()
+            for j in range(k):
+                if j == c:
+                    continue
+                hit = inv[j][taken]
+                hit = hit[hit >= 0]
+                if len(hit) == 0:
+                    continue
+                np.subtract.at(cnt[j], hit, 1.0)
+                touched = np.unique(hit)
+                score[j][touched] = wts[j][touched] * np.maximum(cnt[j][touched] - 1, 0)
+                best[j] = score[j].max()
+        self.emit_fallback(rows[alive], prefix, rest)
+
+    # -- pure-Python path for small sub-tables ------------------------------------------
+    def _weights(self, u: int) -> list[float]:
+        if self.weight_lists[u] is None:
+            self.weight_lists[u] = self.units.weights[u].tolist()
+        return self.weight_lists[u]
+
+    def solve_small(self, rows: list[int], rest: list[int], prefix: tuple[int, ...], depth: int):
+        table = self.units.codes[rows][:, rest].tolist()
+        self._small(
+            list(zip(rows, table, strict=True)), list(range(len(rest))), rest, prefix, depth
+        )
+
+    def _small(self, items, cols: list[int], rest: list[int], prefix, depth: int):
+        """items: (row, codes over `rest`); cols: positions in that tuple still free."""
+        while len(items) > 1 and len(cols) > 1 and not self._stopped(depth):
+            best_s, best_c, best_v = self.threshold, -1, -1
+            for c in cols:
+                counts: dict[int, int] = {}
+                for _, vals in items:
+                    v = vals[c]
+                    counts[v] = counts.get(v, 0) + 1
+                w = self._weights(rest[c])
+                for v, n in counts.items():
+                    if n > 1:
+                        s = w[v] * (n - 1)
+                        if s > best_s or (s == best_s and c == best_c and v < best_v):
+                            best_s, best_c, best_v = s, c, v
+            if best_c < 0:
+                break
+            group = [it for it in items if it[1][best_c] == best_v]
+            items = [it for it in items if it[1][best_c] != best_v]
+            sub_cols = [c for c in cols if c != best_c]
+            self._small(group, sub_cols, rest, prefix + (rest[best_c],), depth + 1)
+        free = [rest[c] for c in cols]
+        rows = np.fromiter((row for row, _ in items), dtype=np.int64, count=len(items))
+        self.emit_fallback(rows, prefix, free)
+
+    def _stopped(self, depth: int) -> bool:
+        return self.config.max_depth is not None and depth >= self.config.max_depth
+
+
+def ggr_schedule(
+    table: TableLike | EncodedTable,
+    fields: Sequence[str] | None = None,
+    config: GGRConfig | None = None,
+    token_length: Callable[[str], int] | None = None,
+) -> Schedule:
+    """GGR schedule of `table` over `fields` (all columns by default). With `token_length`,
+    value weights are squared token counts instead of squared character counts."""
+    config = config or GGRConfig()
+    enc = table if isinstance(table, EncodedTable) else encode(table, fields, token_length)
+    if config.fds == "auto":
+        fd_groups = detect_fds(enc)
+    elif config.fds is None:
+        fd_groups = []
+    elif isinstance(config.fds, str):
+        raise ValueError(f"fds must be 'auto', None or groups of field names, got {config.fds!r}")
+    else:
+        fd_groups = [list(g) for g in config.fds]
+    units = _build_units(enc, fd_groups)
+    greedy = _Greedy(units, config)
+    all_units = list(range(len(units.members)))
+    greedy.solve(np.arange(enc.num_rows, dtype=np.int64), all_units, (), 0)
+    rows = np.concatenate(greedy.out_rows) if greedy.out_rows else np.zeros(0, dtype=np.int64)
+    index: dict[tuple[str, ...], int] = {}
+    block_ids = []
+    for unit_order, block in zip(greedy.out_orders, greedy.out_rows, strict=True):
+        names = tuple(enc.fields[j] for u in unit_order for j in units.members[u])
+        block_ids.append(np.full(len(block), index.setdefault(names, len(index)), np.int32))
+    order_ids = np.concatenate(block_ids) if block_ids else np.zeros(0, dtype=np.int32)
+    return Schedule(rows.astype(np.int64), order_ids, tuple(index))

@@ -1,0 +1,124 @@
+"""Tables as the optimizer sees them: every cell rendered to a string, every column coded.
+
+Any pyarrow Table or pandas DataFrame works, with columns of any type. Cells render the same
+way everywhere (prompts, metrics, dedup), so a value never looks different in two places:
+
+- null (None, NaN, NaT, pd.NA) -> "" (empty)
+- bool -> "True" / "False"; int -> decimal; float -> shortest repr ("2.5", "1e-07"),
+  integral floats without ".0" only if the caller renders them so (we keep "3.0")
+- everything else -> str(value); strings are kept verbatim (braces, newlines and all)
+
+`EncodedTable` holds, per chosen field, integer codes per row (`codes[:, j]`) numbered in
+sorted string order (so sorting codes sorts the strings), the distinct strings, and their
+lengths. It is built once; all algorithms work on the codes, never on Python cell objects.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+TableLike = pa.Table | pd.DataFrame
+
+
+def render_cell(value: Any) -> str:
+    """The string a cell contributes to a prompt (see the module docstring for the rules)."""
+    if value is None or value is pd.NA or value is pd.NaT:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | np.bool_):
+        return "True" if value else "False"
+    if isinstance(value, float | np.floating):
+        return "" if math.isnan(value) else repr(float(value))
+    if isinstance(value, int | np.integer):
+        return str(int(value))
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+def column_names(table: TableLike) -> list[str]:
+    return [str(c) for c in (table.column_names if isinstance(table, pa.Table) else table.columns)]
+
+
+def num_rows(table: TableLike) -> int:
+    return table.num_rows if isinstance(table, pa.Table) else len(table)
+
+
+def resolve_fields(table: TableLike, fields: Sequence[str] | None) -> list[str]:
+    """The fields to use: all columns when `fields` is None; a KeyError naming any unknown one."""
+    available = column_names(table)
+    if fields is None:
+        return available
+    fields = list(fields)
+    missing = [f for f in fields if f not in available]
+    if missing:
+        raise KeyError(f"unknown field(s) {missing}; available columns: {available}")
+    if len(set(fields)) != len(fields):
+        raise ValueError(f"fields must be distinct, got {fields}")
+    return fields
+
+
+def rendered_column(table: TableLike, field: str) -> np.ndarray:
+    """One column as an object array of rendered strings (see `render_cell`)."""
+    if isinstance(table, pa.Table):
+        column = table.column(field)
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            values = column.to_numpy(zero_copy_only=False)
+            return np.array(["" if v is None else v for v in values], dtype=object)
+        values = column.to_pylist()
+    else:
+        series = table[field]
+        if pd.api.types.infer_dtype(series, skipna=False) == "string":
+            return series.to_numpy(dtype=object)
+        values = series.tolist()
+    return np.array([render_cell(v) for v in values], dtype=object)
+
+
+@dataclass(frozen=True)
+class EncodedTable:
+    """Integer-coded view of chosen fields. Invariant: `uniques[j][codes[i, j]]` is the
+    rendered cell of row i, field j, and `uniques[j]` is sorted ascending."""
+
+    fields: tuple[str, ...]
+    codes: np.ndarray
+    """int32 array (n_rows, n_fields)."""
+    uniques: tuple[np.ndarray, ...]
+    """Per field: the distinct rendered strings, sorted (object arrays)."""
+    lengths: tuple[np.ndarray, ...]
+    """Per field: float64 length of each distinct string (characters or tokens)."""
+
+    @property
+    def num_rows(self) -> int:
+        return self.codes.shape[0]
+
+    def cell(self, row: int, j: int) -> str:
+        return self.uniques[j][self.codes[row, j]]
+
+
+def encode(
+    table: TableLike,
+    fields: Sequence[str] | None = None,
+    token_length=None,
+) -> EncodedTable:
+    """Render and code `fields` of `table`. `token_length(str) -> int`, when given, measures
+    value lengths in tokens instead of characters."""
+    names = resolve_fields(table, fields)
+    n = num_rows(table)
+    codes = np.empty((n, len(names)), dtype=np.int32)
+    uniques, lengths = [], []
+    for j, name in enumerate(names):
+        col_codes, col_uniques = pd.factorize(rendered_column(table, name), sort=True)
+        codes[:, j] = col_codes
+        col_uniques = np.asarray(col_uniques, dtype=object)
+        measure = len if token_length is None else token_length
+        uniques.append(col_uniques)
+        lengths.append(np.fromiter((measure(s) for s in col_uniques), float, len(col_uniques)))
+    return EncodedTable(tuple(names), codes, tuple(uniques), tuple(lengths))

@@ -1,0 +1,59 @@
+import math
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from llm_assets.optimizer.table import encode, render_cell, resolve_fields
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (None, ""),
+        (float("nan"), ""),
+        (pd.NA, ""),
+        (True, "True"),
+        (np.bool_(False), "False"),
+        (3, "3"),
+        (np.int64(-7), "-7"),
+        (2.5, "2.5"),
+        (3.0, "3.0"),
+        ("{name} }{", "{name} }{"),
+        (b"bytes", "bytes"),
+        ([1, 2], "[1, 2]"),
+    ],
+)
+def test_render_cell_rules(value, text):
+    assert render_cell(value) == text
+
+
+def test_pandas_and_arrow_encode_the_same():
+    frame = pd.DataFrame(
+        {"s": ["b", None, "a", "b"], "i": [1, 2, 2, 1], "f": [0.5, math.nan, 0.5, 1.0]}
+    )
+    arrow = pa.table({"s": ["b", None, "a", "b"], "i": [1, 2, 2, 1], "f": [0.5, None, 0.5, 1.0]})
+    a, b = encode(frame), encode(arrow)
+    assert a.fields == b.fields == ("s", "i", "f")
+    for j in range(3):
+        assert [a.cell(r, j) for r in range(4)] == [b.cell(r, j) for r in range(4)]
+    assert [a.cell(r, 0) for r in range(4)] == ["b", "", "a", "b"]
+    assert [a.cell(r, 2) for r in range(4)] == ["0.5", "", "0.5", "1.0"]
+
+
+def test_codes_follow_string_order_and_lengths():
+    enc = encode(pd.DataFrame({"x": ["pear", "apple", "fig", "apple"]}))
+    assert list(enc.uniques[0]) == ["apple", "fig", "pear"]
+    assert enc.codes[:, 0].tolist() == [2, 0, 1, 0]
+    assert enc.lengths[0].tolist() == [5, 3, 4]
+
+
+def test_token_lengths_replace_characters():
+    enc = encode(pd.DataFrame({"x": ["a b c", "d"]}), token_length=lambda s: len(s.split()))
+    assert sorted(enc.lengths[0].tolist()) == [1, 3]
+
+
+def test_unknown_field_names_the_available_columns():
+    with pytest.raises(KeyError, match=r"unknown field\(s\) \['nope'\]; available columns"):
+        resolve_fields(pd.DataFrame({"a": [1]}), ["a", "nope"])
