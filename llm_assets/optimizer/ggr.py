@@ -123,18 +123,25 @@ class _Greedy:
         self.units = units
         self.config = config
         self.threshold = max(config.min_score, 0.0)
-        self.out_rows: list[np.ndarray] = []
-        self.out_orders: list[tuple[int, ...]] = []
+        self.rank = {u: r for r, u in enumerate(units.stats_order)}
+        self.out_rows: list[int] = []
+        self.out_order_ids: list[int] = []
+        self.orders: dict[tuple[int, ...], int] = {}
         self.weight_lists: list[list[float] | None] = [None] * len(units.members)
 
     # -- output -------------------------------------------------------------------------
+    def _emit(self, rows: list[int], order: tuple[int, ...]) -> None:
+        oid = self.orders.setdefault(order, len(self.orders))
+        self.out_rows.extend(rows)
+        self.out_order_ids.extend([oid] * len(rows))
+
     def emit_fallback(self, rows: np.ndarray, prefix: tuple[int, ...], rest: Sequence[int]):
-        order = [u for u in self.units.stats_order if u in rest]
+        """Rows ordered lexicographically under the statistics order of the free fields."""
+        order = sorted(rest, key=self.rank.__getitem__)
         if len(rows) > 1 and order:
             keys = [self.units.codes[rows, u] for u in reversed(order)]
             rows = rows[np.lexsort(keys)]
-        self.out_rows.append(rows)
-        self.out_orders.append(prefix + tuple(order))
+        self._emit(rows.tolist(), prefix + tuple(order))
 
     # -- array path ---------------------------------------------------------------------
     def solve(self, rows: np.ndarray, rest: list[int], prefix: tuple[int, ...], depth: int):
@@ -215,14 +222,17 @@ class _Greedy:
 
     def _small(self, items, cols: list[int], rest: list[int], prefix, depth: int):
         """items: (row, codes over `rest`); cols: positions in that tuple still free."""
+        if len(items) == 2 and self.config.max_depth is None:
+            self._pair(items, cols, rest, prefix)
+            return
         while len(items) > 1 and len(cols) > 1 and not self._stopped(depth):
             best_s, best_c, best_v = self.threshold, -1, -1
+            columns = list(zip(*[vals for _, vals in items], strict=True))
             for c in cols:
-                counts: dict[int, int] = {}
-                for _, vals in items:
-                    v = vals[c]
-                    counts[v] = counts.get(v, 0) + 1
                 w = self._weights(rest[c])
+                counts: dict[int, int] = {}
+                for v in columns[c]:
+                    counts[v] = counts.get(v, 0) + 1
                 for v, n in counts.items():
                     if n > 1:
                         s = w[v] * (n - 1)
@@ -234,9 +244,21 @@ class _Greedy:
             items = [it for it in items if it[1][best_c] != best_v]
             sub_cols = [c for c in cols if c != best_c]
             self._small(group, sub_cols, rest, prefix + (rest[best_c],), depth + 1)
-        free = [rest[c] for c in cols]
-        rows = np.fromiter((row for row, _ in items), dtype=np.int64, count=len(items))
-        self.emit_fallback(rows, prefix, free)
+        cols = sorted(cols, key=lambda c: self.rank[rest[c]])
+        if len(items) > 1:
+            items.sort(key=lambda it: [it[1][c] for c in cols])
+        self._emit([row for row, _ in items], prefix + tuple(rest[c] for c in cols))
+
+    def _pair(self, items, cols: list[int], rest: list[int], prefix) -> None:
+        """Two rows: the greedy takes their agreeing fields by descending weight (ties in
+        field order), then the free fields in statistics order. Same result, no loop."""
+        (row_a, a), (row_b, b) = items
+        shared = [(self._weights(rest[c])[a[c]], c) for c in cols if a[c] == b[c]]
+        shared = [c for w, c in sorted(shared, key=lambda wc: -wc[0]) if w > self.threshold]
+        free = sorted((c for c in cols if c not in shared), key=lambda c: self.rank[rest[c]])
+        if [a[c] for c in free] > [b[c] for c in free]:
+            row_a, row_b = row_b, row_a
+        self._emit([row_a, row_b], prefix + tuple(rest[c] for c in shared + free))
 
     def _stopped(self, depth: int) -> bool:
         return self.config.max_depth is not None and depth >= self.config.max_depth
@@ -264,11 +286,12 @@ def ggr_schedule(
     greedy = _Greedy(units, config)
     all_units = list(range(len(units.members)))
     greedy.solve(np.arange(enc.num_rows, dtype=np.int64), all_units, (), 0)
-    rows = np.concatenate(greedy.out_rows) if greedy.out_rows else np.zeros(0, dtype=np.int64)
-    index: dict[tuple[str, ...], int] = {}
-    block_ids = []
-    for unit_order, block in zip(greedy.out_orders, greedy.out_rows, strict=True):
-        names = tuple(enc.fields[j] for u in unit_order for j in units.members[u])
-        block_ids.append(np.full(len(block), index.setdefault(names, len(index)), np.int32))
-    order_ids = np.concatenate(block_ids) if block_ids else np.zeros(0, dtype=np.int32)
-    return Schedule(rows.astype(np.int64), order_ids, tuple(index))
+    names = {
+        oid: tuple(enc.fields[j] for u in unit_order for j in units.members[u])
+        for unit_order, oid in greedy.orders.items()
+    }
+    return Schedule(
+        np.asarray(greedy.out_rows, dtype=np.int64),
+        np.asarray(greedy.out_order_ids, dtype=np.int32),
+        tuple(names[oid] for oid in range(len(names))),
+    )

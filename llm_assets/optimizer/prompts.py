@@ -9,8 +9,14 @@ interpreted again.
 
 from __future__ import annotations
 
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
 from llm_assets.optimizer.schedule import Pairs, Schedule
-from llm_assets.optimizer.table import EncodedTable, TableLike, encode
+from llm_assets.optimizer.table import EncodedTable, TableLike, column_names, encode
 
 STYLES = ("named", "values")
 
@@ -39,3 +45,81 @@ def render_prompts(
             lines = [uniques[j][r[j]] for j in positions[oid]]
         out.append(head + "\n".join(lines))
     return out
+
+
+def parse_template(template: str, columns: Sequence[str]) -> tuple[str, list[str]]:
+    """Split an LLM template into (instruction, fields it names, in order of first mention).
+
+    `{field}` placeholders name columns; in the instruction they read as the bare field name
+    (the values follow the instruction, in the schedule's order). `{{` and `}}` are literal
+    braces. Raises ValueError naming the problem: unbalanced braces, an empty or formatted
+    placeholder, a field that is not a column (listing the available ones), or no field.
+    """
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ValueError(f"malformed template {template!r}: {exc}") from exc
+    fields: list[str] = []
+    text = []
+    for literal, name, spec, conversion in parts:
+        text.append(literal)
+        if name is None:
+            continue
+        if not name or spec or conversion:
+            raise ValueError(
+                f"malformed placeholder in template {template!r}: write {{column}} with a "
+                f"column name and nothing else"
+            )
+        if name not in columns:
+            raise ValueError(
+                f"template names unknown column {name!r}; available columns: {list(columns)}"
+            )
+        text.append(name)
+        if name not in fields:
+            fields.append(name)
+    if not fields:
+        raise ValueError(f"template {template!r} names no column; write {{column}} for each")
+    return "".join(text), fields
+
+
+@dataclass(frozen=True)
+class PromptPlan:
+    """Prompts in submission order. Invariants: `rows[k]` is the original row of prompt k;
+    every original row i is answered by prompt `prompt_of_row[i]` (several rows may share
+    one prompt when deduplicated)."""
+
+    prompts: list[str]
+    rows: np.ndarray
+    prompt_of_row: np.ndarray
+    fields: list[str]
+    instruction: str
+
+
+def plan_prompts(
+    table: TableLike,
+    template: str,
+    method: str = "ggr",
+    dedup: bool = False,
+    style: str = "named",
+    token_length=None,
+) -> PromptPlan:
+    """Render `template` over `table`: optional exact dedup of the inputs, then reorder rows
+    and fields by `method`, then render prompts in schedule order."""
+    from llm_assets.optimizer import reorder
+    from llm_assets.optimizer.dedup import dedup_rows
+
+    instruction, fields = parse_template(template, column_names(table))
+    enc = encode(table, fields, token_length)
+    n = enc.num_rows
+    kept = np.arange(n, dtype=np.int64)
+    inverse = kept
+    if dedup:
+        result = dedup_rows(enc)
+        kept, inverse = result.distinct, result.inverse
+    sub = EncodedTable(enc.fields, enc.codes[kept], enc.uniques, enc.lengths)
+    schedule = reorder(sub, method=method)
+    prompts = render_prompts(sub, schedule, instruction, style)
+    rows = kept[schedule.rows]
+    position = np.empty(len(kept), dtype=np.int64)
+    position[schedule.rows] = np.arange(len(kept))
+    return PromptPlan(prompts, rows, position[inverse], fields, instruction)
