@@ -80,5 +80,106 @@ def reorder(input_path: Path, fields: str | None, method: str, out: Path | None)
     click.echo(json.dumps(result))
 
 
+class StderrProgress:
+    """Progress lines on stderr, at most one per second, for runs that take a while."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self.last = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= 1.0 or done == total:
+            self.last = now
+            click.echo(f"{self.label}: {done:,}/{total:,} requests", err=True)
+
+
+@main.command()
+@click.argument("input_path", metavar="INPUT.{csv,parquet}", type=click.Path(path_type=Path))
+@click.option("--template", required=True, help="LLM template naming columns as {column}.")
+@click.option(
+    "--method",
+    type=click.Choice(["original", "column_stats", "ggr"]),
+    default="ggr",
+    show_default=True,
+)
+@click.option("--dedup", is_flag=True, help="Send each distinct input once.")
+@click.option("--no-prefix-cache", is_flag=True, help="Disable prefix caching (No Cache).")
+@click.option("--gpu", default="L4", show_default=True)
+@click.option("--model", default="llama-2-7b", show_default=True)
+@click.option("--max-tokens", type=int, default=16, show_default=True)
+@click.option("--policy", type=click.Choice(["vllm-v0", "vllm-v1"]), default="vllm-v1")
+@click.option("--style", type=click.Choice(["named", "values"]), default="named")
+@click.option("--choices", help="Comma-separated allowed answers (default: free text).")
+def simulate(
+    input_path: Path,
+    template: str,
+    method: str,
+    dedup: bool,
+    no_prefix_cache: bool,
+    gpu: str,
+    model: str,
+    max_tokens: int,
+    policy: str,
+    style: str,
+    choices: str | None,
+) -> None:
+    """Run an LLM template over a table on the simulated vLLM engine; print cost and speed."""
+    from llm_assets.optimizer.cost import cost_usd
+    from llm_assets.optimizer.prompts import plan_prompts
+    from llm_assets.output_spec import OutputSpec
+    from resources.engine import Request
+    from resources.sim.engine import SimulatedEngine
+
+    started = time.perf_counter()
+    try:
+        table = read_table(input_path)
+    except InputError as exc:
+        fail(str(exc))
+    parse_fields(table, None)
+    if max_tokens < 1:
+        fail(f"--max-tokens must be >= 1, got {max_tokens}")
+    try:
+        engine = SimulatedEngine(
+            gpu=gpu, model=model, policy=policy, enable_prefix_caching=not no_prefix_cache
+        )
+        plan = plan_prompts(table, template, method=method, dedup=dedup, style=style)
+    except (ValueError, KeyError) as exc:
+        fail(str(exc).strip("'\""))
+    spec = OutputSpec.choice(choices.split(",")) if choices else OutputSpec.text()
+    requests = [
+        Request(id=str(k), prompt=p, max_tokens=max_tokens, output=spec)
+        for k, p in enumerate(plan.prompts)
+    ]
+    result = engine.run("simulate", requests, progress=StderrProgress("simulate"))
+    stats = result.stats
+    report = {
+        "rows": len(plan.prompt_of_row),
+        "n_requests": stats.n_requests,
+        "prompt_tokens": stats.prompt_tokens,
+        "cached_tokens": stats.cached_tokens,
+        "token_hit_rate": round(stats.token_hit_rate, 6),
+        "output_tokens": stats.output_tokens,
+        "errors": stats.errors,
+        "engine": stats.engine,
+        "gpu": gpu,
+        "model": model,
+        "engine_time_s": round(stats.engine_time_s, 3),
+        "wall_s": round(time.perf_counter() - started, 3),
+        "cost_usd": {
+            k: round(v, 6)
+            for k, v in cost_usd(
+                stats.prompt_tokens,
+                stats.cached_tokens,
+                stats.output_tokens,
+                stats.engine_time_s,
+                gpu=gpu,
+                n_gpus=engine.deployment.num_gpus,
+            ).items()
+        },
+    }
+    click.echo(json.dumps(report))
+
+
 if __name__ == "__main__":
     main()

@@ -80,3 +80,26 @@ def test_unsupported_format(tmp_path):
     path = tmp_path / "t.xlsx"
     path.write_text("x")
     assert_one_line_error(run("reorder", str(path)), "unsupported input", ".csv")
+
+
+def test_simulate_reports_cost_and_caching(table_csv):
+    template = "Is {review} a fair take on {movie}?"
+    base = run("simulate", str(table_csv), "--template", template, "--method", "original")
+    assert base.returncode == 0, base.stderr
+    plain = json.loads(base.stdout)
+    assert plain["n_requests"] == 4 and plain["engine"] == "sim"
+    assert 0 <= plain["cached_tokens"] <= plain["prompt_tokens"]
+    assert plain["cost_usd"]["cost_usd_self_hosted"] > 0
+    deduped = json.loads(run("simulate", str(table_csv), "--template", template, "--dedup").stdout)
+    assert deduped["n_requests"] == 3
+    no_cache = run("simulate", str(table_csv), "--template", template, "--no-prefix-cache")
+    assert json.loads(no_cache.stdout)["cached_tokens"] == 0
+
+
+def test_simulate_template_errors(table_csv):
+    proc = run("simulate", str(table_csv), "--template", "Rate {plot}")
+    assert_one_line_error(proc, "unknown column 'plot'", "movie")
+    proc = run("simulate", str(table_csv), "--template", "Rate {review")
+    assert_one_line_error(proc, "malformed template")
+    proc = run("simulate", str(table_csv), "--template", "Rate {review}", "--gpu", "Z80")
+    assert_one_line_error(proc, "unknown gpu 'Z80'", "L4")

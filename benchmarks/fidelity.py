@@ -1,0 +1,272 @@
+"""Fidelity of the simulated engine against published measurements.
+
+    python -m benchmarks.fidelity [--json PATH]
+
+Writes ``{"checks": {name: {"published", "simulated", "unit", "ratio", "source", ...}}}``
+(default `benchmarks/results/fidelity.json`) and prints a table. Every check uses the same
+profiles and the same global `Efficiency` constants (no per-check tuning).
+
+Workloads are built here from a seeded synthetic generator with the Movies statistics of
+DESIGN.md section 7 (15,018 rows; movie_info avg 407 chars over 68 distinct values;
+review_content avg 132 chars, 14,977 distinct): random sentences over a fixed made-up vocabulary,
+not text from any data file.
+
+Checks:
+(a) L4 + Llama-2-7B classifying the 15,018 movie reviews with no optimizations (no prefix cache,
+    rows in random order) takes ~30 min (llm_queries_relational.txt section 1; setup section 7.2:
+    vLLM on one L4, Llama-2-7B; Q1's instruction prompt is 172 tokens, section 7.3).
+(b) The optimized run (prefix cache on, movie_info first and rows grouped by movie, exact
+    duplicates removed) takes ~8 min: a speed-up of 30/8 (same source, section 1).
+(c) L4 + Llama-3-8B processes ~6 KB of text per second (llm_queries_relational.txt abstract;
+    the paper states the figure for Llama2-7B, the check runs it on Llama-3-8B as asked).
+(d) A100-40GB + OPT-13B processes ~30 KB of data per second (relserve.txt section 2.1), on the
+    Rotten Tomatoes rating relQuery of section 2.1, first 10k rows in table order, with vLLM's
+    prefix cache on (section 5.1), outputs of 21 tokens (Table 4: Rotten avg output length).
+
+Common modelling choices, stated once: the engine is vLLM v0 (`vllm-v0`, FCFS, prefill first, no
+chunked prefill: the vLLM of early 2024 both papers ran); outputs are free text of `max_tokens`
+tokens (a chat model's answer runs to the limit; the authors' LLM-SQL harness calls vLLM with
+default `SamplingParams()`, whose `max_tokens` is 16); "KB of text" counts the table's field
+text (movie_info + review_content bytes), the data the papers compare with DuckDB's GB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from llm_assets.output_spec import OutputSpec
+from resources.engine import Request
+from resources.sim import SimulatedEngine
+
+DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "fidelity.json"
+
+NUM_ROWS = 15_018
+NUM_MOVIES = 68
+NUM_DISTINCT_REVIEWS = 14_977
+MOVIE_INFO_CHARS = 407
+REVIEW_CHARS = 132
+SEED = 20240101
+
+# Q1/Q2-style classification instruction (the paper reports 166-172-token instructions for the
+# Movies queries; this one is ~170 tokens with the approximate Llama 3 tokenizer).
+CLASSIFY_INSTRUCTION = (
+    "You are a helpful data analyst. You will be given information about a movie and a review "
+    "written by a critic for that movie. Read the movie description carefully, then read the "
+    "review, and decide whether the overall sentiment of the review towards the movie is "
+    "positive or negative. Consider the tone of the critic, the words used to describe the "
+    "acting, the story, the direction and the overall experience, and whether the critic would "
+    "recommend the movie to other people. Some reviews are short and some are sarcastic, so pay "
+    "attention to irony and to comparisons with other movies. Do not summarise the movie and do "
+    "not explain your reasoning. Answer with exactly one word, either Positive or Negative, and "
+    "nothing else. If the review is ambiguous, choose the label that best matches the final "
+    "recommendation of the critic. The movie information and the review follow."
+)
+# relserve.txt section 2.1's rating relQuery template.
+RATING_TEMPLATE = (
+    "Predict rating (1 to 5) for the movie {movie_info} given the user's review "
+    "{review_content}. Output only digit and nothing else"
+)
+
+
+# -- synthetic Movies table --------------------------------------------------------------------
+def _vocabulary(rng: random.Random, size: int = 3000) -> list[str]:
+    """Made-up words with an English-like length distribution (mean ~4.7 letters)."""
+    consonants = "bcdfghjklmnprstvwyz"
+    vowels = "aeiou"
+    words: set[str] = set()
+    while len(words) < size:
+        n_syll = rng.choices([1, 2, 3, 4], weights=[45, 35, 15, 5])[0]
+        word = "".join(rng.choice(consonants) + rng.choice(vowels) for _ in range(n_syll))
+        if rng.random() < 0.4:
+            word += rng.choice(consonants)
+        words.add(word)
+    return sorted(words)
+
+
+def _sentence(rng: random.Random, vocab: list[str], n_words: int) -> str:
+    words = [rng.choice(vocab) for _ in range(n_words)]
+    for i in range(1, n_words - 1):
+        if rng.random() < 0.08:
+            words[i] += ","
+        elif rng.random() < 0.06:
+            words[i] = words[i].capitalize()
+    return " ".join(words).capitalize() + "."
+
+
+def _text(rng: random.Random, vocab: list[str], target_chars: int) -> str:
+    parts: list[str] = []
+    length = 0
+    while length < target_chars:
+        sentence = _sentence(rng, vocab, rng.randint(6, 18))
+        parts.append(sentence)
+        length += len(sentence) + 1
+    return " ".join(parts)[: max(target_chars, 20)].rstrip(" ,") + "."
+
+
+@dataclass(frozen=True)
+class MovieRow:
+    movie: int
+    movie_info: str
+    review_content: str
+
+
+def movies_table(seed: int = SEED) -> list[MovieRow]:
+    """15,018 rows in random order: 68 movies, 14,977 distinct reviews (41 exact duplicates)."""
+    rng = random.Random(seed)
+    vocab = _vocabulary(rng)
+    infos = [
+        _text(rng, vocab, max(120, int(rng.gauss(MOVIE_INFO_CHARS, 120))))
+        for _ in range(NUM_MOVIES)
+    ]
+    weights = [rng.paretovariate(1.5) for _ in range(NUM_MOVIES)]
+    movies = rng.choices(range(NUM_MOVIES), weights=weights, k=NUM_DISTINCT_REVIEWS)
+    reviews = [
+        _text(rng, vocab, max(25, int(rng.gauss(REVIEW_CHARS, 60))))
+        for _ in range(NUM_DISTINCT_REVIEWS)
+    ]
+    rows = [MovieRow(m, infos[m], r) for m, r in zip(movies, reviews, strict=True)]
+    rows += rng.sample(rows, NUM_ROWS - NUM_DISTINCT_REVIEWS)  # exact duplicate rows
+    rng.shuffle(rows)
+    return rows
+
+
+def _classify_prompt(row: MovieRow) -> str:
+    return (
+        f"{CLASSIFY_INSTRUCTION}\nmovie_info: {row.movie_info}\n"
+        f"review_content: {row.review_content}\nAnswer:"
+    )
+
+
+def _field_bytes(rows: list[MovieRow]) -> int:
+    return sum(len(r.movie_info.encode()) + len(r.review_content.encode()) for r in rows)
+
+
+def _requests(prompts: list[str], max_tokens: int) -> list[Request]:
+    return [
+        Request(id=str(i), prompt=p, max_tokens=max_tokens, output=OutputSpec.text())
+        for i, p in enumerate(prompts)
+    ]
+
+
+# -- checks -------------------------------------------------------------------------------------
+CLASSIFY_MAX_TOKENS = 16  # vLLM SamplingParams() default, used by the authors' LLM-SQL harness
+RATING_MAX_TOKENS = 21  # relserve.txt Table 4: Rotten avg output length
+POLICY = "vllm-v0"
+
+
+def _run(engine: SimulatedEngine, requests: list[Request]) -> tuple[float, float, float]:
+    """(simulated seconds, token hit rate, wall seconds)."""
+    result = engine.run("fidelity", requests)
+    return result.stats.engine_time_s, result.stats.token_hit_rate, result.stats.wall_time_s
+
+
+def run_checks() -> dict[str, dict]:
+    rows = movies_table()
+    checks: dict[str, dict] = {}
+
+    # (a) no optimizations: no prefix cache, random order, all rows.
+    no_cache = SimulatedEngine("L4", "llama-2-7b", POLICY, enable_prefix_caching=False)
+    plain = _requests([_classify_prompt(r) for r in rows], CLASSIFY_MAX_TOKENS)
+    t_a, hit_a, wall_a = _run(no_cache, plain)
+    checks["a_l4_llama2_7b_no_opt_minutes"] = {
+        "published": 30.0,
+        "simulated": t_a / 60,
+        "unit": "minutes",
+        "source": "llm_queries_relational.txt section 1 (15,000 movie reviews, L4, Llama 7B, "
+        "30 min without optimizations); setup section 7.2",
+        "token_hit_rate": hit_a,
+        "wall_s": wall_a,
+    }
+
+    # (b) optimized: prefix cache, grouped by movie (movie_info first), exact dedup.
+    seen: set[str] = set()
+    grouped: list[str] = []
+    for r in sorted(rows, key=lambda r: (r.movie_info, r.review_content)):
+        prompt = _classify_prompt(r)
+        if prompt not in seen:
+            seen.add(prompt)
+            grouped.append(prompt)
+    cached = SimulatedEngine("L4", "llama-2-7b", POLICY, enable_prefix_caching=True)
+    t_b, hit_b, wall_b = _run(cached, _requests(grouped, CLASSIFY_MAX_TOKENS))
+    checks["b_l4_llama2_7b_optimized_speedup"] = {
+        "published": 30.0 / 8.0,
+        "simulated": t_a / t_b,
+        "unit": "x (no-opt time / optimized time)",
+        "source": "llm_queries_relational.txt section 1 (30 min -> 8 min with the optimizations)",
+        "simulated_minutes": t_b / 60,
+        "requests": len(grouped),
+        "token_hit_rate": hit_b,
+        "wall_s": wall_b,
+    }
+
+    # (c) L4 + Llama-3-8B throughput on the unoptimized workload.
+    llama3 = SimulatedEngine("L4", "llama-3-8b", POLICY, enable_prefix_caching=False)
+    t_c, hit_c, wall_c = _run(llama3, plain)
+    checks["c_l4_llama3_8b_kb_per_s"] = {
+        "published": 6.0,
+        "simulated": _field_bytes(rows) / 1000 / t_c,
+        "unit": "KB of field text per second",
+        "source": "llm_queries_relational.txt abstract (an L4 running Llama2-7B processes 6 KB of "
+        "text per second); run here with Llama-3-8B as the check asks",
+        "token_hit_rate": hit_c,
+        "wall_s": wall_c,
+    }
+
+    # (d) A100-40GB + OPT-13B, rating relQuery over the first 10k rows in table order.
+    table_order = sorted(rows, key=lambda r: r.movie)[:10_000]
+    rating = [
+        RATING_TEMPLATE.format(movie_info=r.movie_info, review_content=r.review_content)
+        for r in table_order
+    ]
+    opt = SimulatedEngine("A100-40GB", "opt-13b", POLICY, enable_prefix_caching=True)
+    t_d, hit_d, wall_d = _run(opt, _requests(rating, RATING_MAX_TOKENS))
+    checks["d_a100_opt13b_kb_per_s"] = {
+        "published": 30.0,
+        "simulated": _field_bytes(table_order) / 1000 / t_d,
+        "unit": "KB of field text per second",
+        "source": "relserve.txt section 2.1 (OPT-13B on an A100 processes ~30 KB per second); "
+        "template section 2.1, output length Table 4, prefix caching section 5.1",
+        "token_hit_rate": hit_d,
+        "wall_s": wall_d,
+    }
+    for check in checks.values():
+        check["ratio"] = check["simulated"] / check["published"]
+    return checks
+
+
+def _table(checks: dict[str, dict]) -> str:
+    lines = [f"{'check':38s} {'published':>10s} {'simulated':>10s} {'ratio':>6s}  unit"]
+    for name, c in checks.items():
+        lines.append(
+            f"{name:38s} {c['published']:10.2f} {c['simulated']:10.2f} "
+            f"{c['ratio']:6.2f}  {c['unit']}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the JSON")
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    checks = run_checks()
+    out = {
+        "checks": checks,
+        "policy": POLICY,
+        "all_within_0.65_1.35": all(0.65 <= c["ratio"] <= 1.35 for c in checks.values()),
+        "wall_s": time.perf_counter() - t0,
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    print(_table(checks))
+    print(f"wrote {args.json} ({out['wall_s']:.1f} s wall)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

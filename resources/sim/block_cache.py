@@ -1,0 +1,170 @@
+"""The KV block pool with automatic prefix caching, as in vLLM v1's `KVCacheManager`.
+
+Model (vLLM v1, `vllm/v1/core/kv_cache_manager.py`, `block_pool.py`, `kv_cache_utils.py`):
+
+- The KV cache is `num_blocks` blocks of `BLOCK_SIZE` = 16 tokens. A sequence holds the blocks
+  covering its computed tokens plus the ones it is about to compute.
+- A *full* prompt block is keyed by a hash chained over every earlier block of the same prompt
+  (`hash((parent_hash, tuple(token_ids_of_block)))`), so a block hits only when the whole
+  prefix up to and including it is equal. Partial blocks are never cached. Python's hash of a
+  tuple of ints is not salted, so keys are stable across processes.
+- A block is registered in the cache by the step that computes it: when that step is
+  scheduled (vLLM v1: a later request in the same step may hit it, since every layer writes its
+  KV before its attention reads) or when it ends (vLLM v0). A request never hits its own blocks
+  on first scheduling (they do not exist yet, and chained hashes make a block repeated inside
+  one prompt a different key); after a preemption it may hit the blocks it computed before, as
+  in vLLM, but the `cached_tokens` it reports is its hit at first scheduling, as vLLM reports.
+- `ref_count` counts the running sequences that hold a block; a block with `ref_count > 0` is
+  never evicted. Blocks whose count drops to 0 go to the tail of the free queue (a request's
+  blocks are freed tail-first, so its last blocks are evicted first, as vLLM does); allocation
+  takes from the head, evicting the cached content of the block it takes (LRU).
+- A lookup never covers the last prompt token: vLLM v1 caps a hit at `num_tokens - 1` tokens so
+  that at least one token is recomputed to produce logits. With 16-token blocks, a prompt of 32
+  tokens whose two blocks are both cached therefore hits 16 tokens, not 32.
+- Only prompt blocks are hashed (the simulated outputs have no real token ids); vLLM also caches
+  full blocks of generated tokens, which only matters for multi-turn prompts.
+
+`enable_prefix_caching=False` turns lookups and registration off (the "No Cache" baseline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["BLOCK_SIZE", "BlockPool", "block_hashes"]
+
+BLOCK_SIZE = 16
+"""Tokens per KV block (vLLM's default block size on CUDA)."""
+
+
+def block_hashes(token_ids: Sequence[int], block_size: int = BLOCK_SIZE) -> list[int]:
+    """Chained hashes of the full blocks of `token_ids` (a trailing partial block has none)."""
+    out: list[int] = []
+    parent = 0
+    n_full = len(token_ids) // block_size
+    for i in range(0, n_full * block_size, block_size):
+        parent = hash((parent, tuple(token_ids[i : i + block_size])))
+        out.append(parent)
+    return out
+
+
+class BlockPool:
+    """Fixed pool of KV blocks with reference counts, a hash index and an LRU free queue.
+
+    Invariants: every block is either held (`ref_count > 0`) or in the free queue, never both;
+    `num_free` is the size of the free queue; a hash maps to at most one block and a block
+    carries at most one hash.
+    """
+
+    def __init__(self, num_blocks: int, enable_prefix_caching: bool = True) -> None:
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self.enable_prefix_caching = enable_prefix_caching
+        self._ref = [0] * num_blocks
+        self._hash_of: list[int | None] = [None] * num_blocks
+        self._block_of: dict[int, int] = {}
+        # Insertion-ordered dict as an O(1) LRU queue: head = next to evict.
+        self._free: dict[int, None] = dict.fromkeys(range(num_blocks))
+        self.num_evictions = 0
+
+    # -- queries -------------------------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_cached(self) -> int:
+        """Blocks that currently carry a prefix hash (held or free)."""
+        return len(self._block_of)
+
+    def ref_count(self, block: int) -> int:
+        return self._ref[block]
+
+    def is_cached(self, block_hash: int) -> bool:
+        return block_hash in self._block_of
+
+    def lookup(self, hashes: Sequence[int], num_tokens: int) -> list[int]:
+        """Blocks of the longest cached prefix of `hashes`, never covering the last of `num_tokens`.
+
+        Returns block ids (not yet referenced: pass them to `touch`). Empty when caching is off.
+        """
+        if not self.enable_prefix_caching:
+            return []
+        limit = min(len(hashes), (num_tokens - 1) // BLOCK_SIZE)
+        found: list[int] = []
+        index = self._block_of
+        for h in hashes[:limit]:
+            block = index.get(h)
+            if block is None:
+                break
+            found.append(block)
+        return found
+
+    def num_evictable(self, blocks: Sequence[int]) -> int:
+        """How many of `blocks` sit in the free queue (touching them uses up free slots)."""
+        ref = self._ref
+        return sum(1 for b in blocks if ref[b] == 0)
+
+    # -- mutations -----------------------------------------------------------------------------
+    def touch(self, blocks: Sequence[int]) -> None:
+        """Take a reference on cache-hit blocks, pulling free ones out of the LRU queue."""
+        ref = self._ref
+        free = self._free
+        for b in blocks:
+            if ref[b] == 0:
+                del free[b]
+            ref[b] += 1
+
+    def allocate(self, n: int) -> list[int]:
+        """Take `n` blocks from the head of the free queue (evicting their cached content)."""
+        if n > len(self._free):
+            raise RuntimeError(f"asked for {n} blocks with only {len(self._free)} free")
+        free = self._free
+        ref = self._ref
+        hash_of = self._hash_of
+        out: list[int] = []
+        for _ in range(n):
+            b = next(iter(free))
+            del free[b]
+            h = hash_of[b]
+            if h is not None:
+                del self._block_of[h]
+                hash_of[b] = None
+                self.num_evictions += 1
+            ref[b] = 1
+            out.append(b)
+        return out
+
+    def free(self, blocks: Sequence[int]) -> None:
+        """Drop one reference on each block; blocks reaching 0 join the free queue tail-first."""
+        ref = self._ref
+        free = self._free
+        for b in reversed(blocks):
+            ref[b] -= 1
+            if ref[b] == 0:
+                free[b] = None
+
+    def register(self, blocks: Sequence[int], hashes: Sequence[int]) -> None:
+        """Key computed full blocks by their prefix hashes (no-op when caching is off).
+
+        A hash already held by another block is left alone (the duplicate stays uncached),
+        as in vLLM.
+        """
+        if not self.enable_prefix_caching:
+            return
+        hash_of = self._hash_of
+        index = self._block_of
+        for b, h in zip(blocks, hashes, strict=False):
+            if hash_of[b] is not None or h in index:
+                continue
+            hash_of[b] = h
+            index[h] = b
+
+    def reset(self) -> None:
+        """Forget every cached prefix. Only valid when no block is held."""
+        if any(self._ref):
+            raise RuntimeError("cannot reset the prefix cache while sequences hold blocks")
+        self._hash_of = [None] * self.num_blocks
+        self._block_of = {}
+        self._free = dict.fromkeys(range(self.num_blocks))

@@ -1,0 +1,161 @@
+"""Batch-time cost model (InferMax, `infermax_cost_scheduling.txt` section 3.2) and its fit.
+
+One iteration (batch) takes
+
+    t = a * tokens + b * sum(c^2 + 2*m*c over prefill chunks) + d * sum(m over decodes)
+        + e * prefill_requests + f
+
+where a prefill chunk computes `c` new tokens of a request with `m` tokens already in its KV
+cache, and a decode reads the `m` KV entries of its context. The terms are: linear layers
+(compute-bound, per token; plus the tensor-parallel all-reduces), prefill attention (quadratic),
+decode attention (memory-bound KV reads), a per-prefill-request kernel overhead, and a fixed cost
+per iteration (reading the weights once, plus the engine's step overhead).
+
+`coefficients_from_profile` derives a..f from a `Deployment` and ONE set of global efficiency
+constants (`Efficiency`); `fit(rows)` refits a..f by least squares from measured
+`(BatchShape, seconds)` rows. Invariant: every derived coefficient is >= 0 and times are
+machine-independent (pure arithmetic on the batch composition).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from resources.sim.profiles import Deployment
+
+__all__ = [
+    "DEFAULT_EFFICIENCY",
+    "BatchShape",
+    "CostCoefficients",
+    "Efficiency",
+    "coefficients_from_profile",
+    "fit",
+]
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Fractions of datasheet peaks that real kernels reach; one set for every GPU and model."""
+
+    matmul: float = 0.40
+    """Share of peak FLOP/s the linear layers reach in prefill-sized batches."""
+    attention: float = 0.30
+    """Share of peak FLOP/s the prefill attention kernel reaches."""
+    memory: float = 0.80
+    """Share of datasheet memory bandwidth reached reading weights and KV."""
+    interconnect: float = 0.70
+    """Share of GPU-to-GPU bandwidth reached by the tensor-parallel all-reduces."""
+    step_overhead_s: float = 0.004
+    """Fixed per-iteration cost outside the GPU kernels (scheduling, sampling, launch)."""
+    prefill_request_overhead_s_per_layer: float = 5e-6
+    """Extra attention-kernel cost per prefill request and layer (InferMax's linear term)."""
+
+
+DEFAULT_EFFICIENCY = Efficiency()
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """What one iteration computes: the cost model's inputs."""
+
+    prefill: Sequence[tuple[int, int]] = field(default_factory=tuple)
+    """(c, m) per prefill chunk: c new tokens with m tokens already in context."""
+    decode: Sequence[int] = field(default_factory=tuple)
+    """m (context length read) per decoding request; each computes one token."""
+
+    def features(self) -> tuple[float, float, float, float, float]:
+        """(tokens, sum(c^2 + 2mc), sum(m) over decodes, prefill requests, 1)."""
+        tokens = sum(c for c, _ in self.prefill) + len(self.decode)
+        attn = sum(c * c + 2 * m * c for c, m in self.prefill)
+        return (float(tokens), float(attn), float(sum(self.decode)), float(len(self.prefill)), 1.0)
+
+
+@dataclass(frozen=True)
+class CostCoefficients:
+    """The five coefficients, in seconds per unit of their term."""
+
+    a: float
+    """Per token processed (prefill or decode)."""
+    b: float
+    """Per unit of c^2 + 2mc over prefill chunks."""
+    d: float
+    """Per KV entry read by a decode."""
+    e: float
+    """Per prefill request in the batch."""
+    f: float
+    """Per iteration."""
+
+    def batch_time(
+        self, tokens: float, attention_units: float, decode_kv: float, prefill_requests: float
+    ) -> float:
+        return (
+            self.a * tokens
+            + self.b * attention_units
+            + self.d * decode_kv
+            + self.e * prefill_requests
+            + self.f
+        )
+
+    def time(self, batch: BatchShape) -> float:
+        """Seconds for one iteration of `batch`."""
+        tokens, attn, kv, n_prefill, _ = batch.features()
+        return self.batch_time(tokens, attn, kv, n_prefill)
+
+    def as_array(self) -> np.ndarray:
+        return np.array([self.a, self.b, self.d, self.e, self.f])
+
+
+def coefficients_from_profile(
+    deployment: Deployment, efficiency: Efficiency = DEFAULT_EFFICIENCY
+) -> CostCoefficients:
+    """Derive a..f from datasheet peaks (per GPU, work split over `tensor_parallel_size`).
+
+    a: 2 * matmul_params FLOPs per token at `matmul` x peak, plus (TP > 1) two ring all-reduces
+       of the hidden state per layer at `interconnect` x link bandwidth;
+    b: attention FLOPs are 2 * layers * heads * head_dim per unit of c^2 + 2mc;
+    d: KV bytes per token at `memory` x bandwidth;
+    e: `prefill_request_overhead_s_per_layer` x layers;
+    f: weight bytes at `memory` x bandwidth, plus `step_overhead_s`.
+    """
+    hw, mp, tp = deployment.hardware, deployment.model, deployment.tensor_parallel_size
+    flops = hw.peak_flops * tp
+    bandwidth = hw.memory_bandwidth * efficiency.memory * tp
+    a = 2.0 * mp.matmul_params / (flops * efficiency.matmul)
+    if tp > 1:
+        allreduce_bytes = 2 * mp.num_layers * mp.hidden_size * mp.bytes_per_param
+        a += (
+            allreduce_bytes
+            * 2
+            * (tp - 1)
+            / tp
+            / (hw.interconnect_bandwidth * efficiency.interconnect)
+        )
+    b = 2.0 * mp.num_layers * mp.num_heads * mp.head_dim / (flops * efficiency.attention)
+    d = mp.kv_bytes_per_token / bandwidth
+    e = efficiency.prefill_request_overhead_s_per_layer * mp.num_layers
+    f = mp.weight_bytes / bandwidth + efficiency.step_overhead_s
+    return CostCoefficients(a=a, b=b, d=d, e=e, f=f)
+
+
+def fit(rows: Iterable[tuple[BatchShape, float]]) -> CostCoefficients:
+    """Least-squares fit of a..f to measured `(batch, seconds)` rows.
+
+    Needs at least five rows whose features span the five terms (mix prefill-only,
+    decode-only and mixed batches of varied sizes); ValueError otherwise.
+    """
+    rows = list(rows)
+    x = np.array([shape.features() for shape, _ in rows], dtype=float).reshape(-1, 5)
+    y = np.array([seconds for _, seconds in rows], dtype=float)
+    if len(rows) < 5 or np.linalg.matrix_rank(x) < 5:
+        raise ValueError(
+            f"fit needs >= 5 rows spanning all five terms, got {len(rows)} rows of rank "
+            f"{np.linalg.matrix_rank(x) if len(rows) else 0}; mix prefill, decode and mixed batches"
+        )
+    # Scale columns so the solve is well conditioned (features span ~12 orders of magnitude).
+    scale = np.abs(x).max(axis=0)
+    coef, *_ = np.linalg.lstsq(x / scale, y, rcond=None)
+    a, b, d, e, f = (coef / scale).tolist()
+    return CostCoefficients(a=a, b=b, d=d, e=e, f=f)

@@ -1,0 +1,321 @@
+"""`SimulatedEngine`: a faithful, CPU-only model of a vLLM engine on a chosen GPU and model.
+
+Public API (what the asset layer and the OpenAI-compatible server in `resources/sim/server.py`
+use):
+
+- ``SimulatedEngine(gpu="L4", model="llama-2-7b", policy="vllm-v1", enable_prefix_caching=True,
+  max_num_seqs=256, max_num_batched_tokens=None, tokenizer=None, gpu_memory_utilization=0.9,
+  tensor_parallel_size=None, efficiency=DEFAULT_EFFICIENCY, coefficients=None,
+  num_gpu_blocks_override=None)``; `coefficients` replaces the profile-derived cost model (e.g. a
+  `fit` of measurements), `num_gpu_blocks_override` the derived KV capacity (as vLLM's flag).
+- ``run(relquery_id, requests, progress=None) -> RunResult``: simulate one batch (all requests
+  arrive at t=0, admitted in submission order); one `Response` per request, in order.
+- ``generate(requests, progress=None) -> list[Response]``: the same, responses only (for the
+  HTTP server: one call per HTTP request or per batch of them).
+- ``count_tokens(text) -> int``, ``reset_cache()``, ``cache_stats() -> dict``, and the
+  read-only attributes ``name`` ("sim"), ``model``, ``hardware``, ``deployment``,
+  ``coefficients``, ``num_kv_blocks``, ``policy_name``, ``last_run_info`` (iterations,
+  preemptions).
+
+Semantics: an iteration-level loop (Algorithm 1 of InferMax). Each iteration the policy forms a
+batch (`resources.sim.policies`), the cost model prices it (`resources.sim.cost_model`), the clock
+advances by that time, scheduled sequences advance, newly computed full prompt blocks enter the
+prefix cache (`resources.sim.block_cache`), and finished requests free their blocks. Simulated
+time depends only on the inputs, never on the machine. The block cache persists across `run`
+calls, like a running vLLM server; `reset_cache()` empties it.
+
+`run` is thread-safe: one lock serialises runs (the server may call it from several threads).
+Defaults follow vLLM: `max_num_batched_tokens` is max(max_model_len, 2048) for vllm-v0 (no
+chunked prefill) and 8192 for vllm-v1 (16384 on GPUs with >= 70 GiB), `max_num_seqs` 256.
+Requests whose prompt plus one output token exceeds the context length, or which could never fit
+the KV cache or the token budget, come back with `error` set (never dropped).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from resources.engine import LLMEngine, Request, Response, RunResult, RunStats
+from resources.sim.answers import output_token_count, placeholder_answer
+from resources.sim.block_cache import BLOCK_SIZE, BlockPool, block_hashes
+from resources.sim.cost_model import (
+    DEFAULT_EFFICIENCY,
+    CostCoefficients,
+    Efficiency,
+    coefficients_from_profile,
+)
+from resources.sim.policies import ScheduleContext, SimSeq, get_policy
+from resources.sim.profiles import Deployment, resolve_deployment
+from resources.sim.tokenizer import ApproxTokenizer, Tokenizer, load_tokenizer
+
+__all__ = ["SimulatedEngine"]
+
+Progress = Callable[[int, int], None]
+_V0_WATERMARK = 0.01
+_LARGE_GPU_BYTES = 70 * 1024**3
+
+
+class SimulatedEngine(LLMEngine):
+    """Simulated vLLM engine (see the module docstring for the API and its invariants)."""
+
+    name = "sim"
+
+    def __init__(
+        self,
+        gpu: str = "L4",
+        model: str = "llama-2-7b",
+        policy: str = "vllm-v1",
+        enable_prefix_caching: bool = True,
+        max_num_seqs: int = 256,
+        max_num_batched_tokens: int | None = None,
+        tokenizer: Tokenizer | str | None = None,
+        gpu_memory_utilization: float = 0.9,
+        tensor_parallel_size: int | None = None,
+        efficiency: Efficiency = DEFAULT_EFFICIENCY,
+        coefficients: CostCoefficients | None = None,
+        num_gpu_blocks_override: int | None = None,
+    ) -> None:
+        self.deployment: Deployment = resolve_deployment(
+            gpu, model, tensor_parallel_size, gpu_memory_utilization
+        )
+        self._policy = get_policy(policy)
+        self.policy_name: str = self._policy.name
+        if max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
+        chunked = getattr(self._policy, "enable_chunked_prefill", True)
+        if max_num_batched_tokens is None:
+            if not chunked:
+                max_num_batched_tokens = max(self.deployment.model.max_model_len, 2048)
+            elif self.deployment.hardware.memory_bytes >= _LARGE_GPU_BYTES:
+                max_num_batched_tokens = 16384
+            else:
+                max_num_batched_tokens = 8192
+        if max_num_batched_tokens < 1:
+            raise ValueError(f"max_num_batched_tokens must be >= 1, got {max_num_batched_tokens}")
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.enable_chunked_prefill = chunked
+        self.enable_prefix_caching = enable_prefix_caching
+        self.coefficients: CostCoefficients = coefficients or coefficients_from_profile(
+            self.deployment, efficiency
+        )
+        if tokenizer is None:
+            tokenizer = ApproxTokenizer()
+        elif isinstance(tokenizer, str):
+            tokenizer = load_tokenizer(tokenizer)
+        self.tokenizer: Tokenizer = tokenizer
+        self.num_kv_blocks = num_gpu_blocks_override or self.deployment.num_kv_blocks
+        self._pool = BlockPool(self.num_kv_blocks, enable_prefix_caching)
+        self._watermark = int(_V0_WATERMARK * self.num_kv_blocks) if not chunked else 0
+        self._lock = threading.Lock()
+        self.last_run_info: dict[str, int] = {}
+        """Iterations and preemptions of the latest run."""
+
+    # -- descriptive attributes ------------------------------------------------------------------
+    @property
+    def model(self) -> str:
+        return self.deployment.model.name
+
+    @property
+    def hardware(self) -> str:
+        return self.deployment.describe()
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text))
+
+    def cache_stats(self) -> dict[str, int]:
+        """Blocks in the pool, free, carrying a cached prefix, and evictions so far."""
+        with self._lock:
+            return {
+                "num_blocks": self._pool.num_blocks,
+                "num_free_blocks": self._pool.num_free,
+                "num_cached_blocks": self._pool.num_cached,
+                "num_evictions": self._pool.num_evictions,
+            }
+
+    def reset_cache(self) -> None:
+        """Forget every cached prefix (like restarting the server)."""
+        with self._lock:
+            self._pool.reset()
+
+    # -- running -----------------------------------------------------------------------------------
+    def generate(
+        self, requests: Sequence[Request], progress: Progress | None = None
+    ) -> list[Response]:
+        """Simulate `requests` as one batch and return their responses (see `run`)."""
+        return self.run("", requests, progress).responses
+
+    def run(
+        self, relquery_id: str, requests: Sequence[Request], progress: Progress | None = None
+    ) -> RunResult:
+        """Simulate `requests` (all arriving at t=0, in submission order) to completion."""
+        wall0 = time.perf_counter()
+        with self._lock:
+            responses, makespan = self._simulate(relquery_id, list(requests), progress)
+        ok = [r for r in responses if r.error is None]
+        stats = RunStats(
+            engine=self.name,
+            model=self.model,
+            hardware=self.hardware,
+            n_requests=len(responses),
+            prompt_tokens=sum(r.prompt_tokens for r in ok),
+            cached_tokens=sum(r.cached_tokens for r in ok),
+            output_tokens=sum(r.output_tokens for r in ok),
+            engine_time_s=makespan,
+            wall_time_s=time.perf_counter() - wall0,
+            errors=len(responses) - len(ok),
+        )
+        return RunResult(responses=responses, stats=stats)
+
+    def _reject_reason(self, prompt_len: int) -> str | None:
+        mp = self.deployment.model
+        if prompt_len + 1 > mp.max_model_len:
+            return (
+                f"prompt of {prompt_len} tokens plus one output token exceeds the "
+                f"{mp.name} context length {mp.max_model_len}"
+            )
+        if not self.enable_chunked_prefill and prompt_len > self.max_num_batched_tokens:
+            return (
+                f"prompt of {prompt_len} tokens exceeds max_num_batched_tokens="
+                f"{self.max_num_batched_tokens} and {self.policy_name} does not chunk prefills"
+            )
+        if -(-(prompt_len + 1) // BLOCK_SIZE) > self.num_kv_blocks - self._watermark:
+            return (
+                f"prompt of {prompt_len} tokens cannot fit the KV cache "
+                f"({self.num_kv_blocks} blocks of {BLOCK_SIZE} tokens)"
+            )
+        return None
+
+    def _simulate(
+        self, relquery_id: str, requests: list[Request], progress: Progress | None
+    ) -> tuple[list[Response], float]:
+        tokenizer = self.tokenizer
+        caching = self.enable_prefix_caching
+        answers: list[str] = []
+        seqs: list[SimSeq | None] = []
+        errors: list[str | None] = []
+        prompt_lens: list[int] = []
+        for i, req in enumerate(requests):
+            ids = tokenizer.encode(req.prompt)
+            answer = placeholder_answer(req.prompt, req.output, req.max_tokens)
+            n_out = output_token_count(answer, req.output, req.max_tokens, tokenizer)
+            n_out = min(n_out, self.deployment.model.max_model_len - len(ids))
+            answers.append(answer)
+            prompt_lens.append(len(ids))
+            reason = self._reject_reason(len(ids))
+            errors.append(reason)
+            if reason is not None:
+                seqs.append(None)
+                continue
+            hashes = block_hashes(ids) if caching else []
+            seqs.append(SimSeq(i, req.id, len(ids), hashes, n_out, req.priority, relquery_id))
+
+        live = [s for s in seqs if s is not None]
+        waiting: deque[SimSeq] = deque(live)
+        running: list[SimSeq] = []
+        ctx = ScheduleContext(
+            pool=self._pool,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            watermark_blocks=self._watermark,
+            enable_register_on_allocate=getattr(self._policy, "register_at_schedule", True),
+        )
+        try:
+            now, iterations = self._loop(waiting, running, ctx, len(live), progress)
+            self.last_run_info = {
+                "num_iterations": iterations,
+                "num_preemptions": ctx.num_preemptions,
+            }
+        finally:
+            # Leave the pool consistent (all blocks free, cached prefixes kept) even on error.
+            for seq in running:
+                self._pool.free(seq.blocks)
+                seq.blocks = []
+
+        responses: list[Response] = []
+        for req, seq, answer, reason, n_prompt in zip(
+            requests, seqs, answers, errors, prompt_lens, strict=True
+        ):
+            if seq is None:
+                responses.append(Response(req.id, "", n_prompt, 0, 0, 0.0, 0.0, error=reason))
+                continue
+            responses.append(
+                Response(
+                    id=req.id,
+                    text=answer,
+                    prompt_tokens=seq.prompt_len,
+                    cached_tokens=max(seq.cached_tokens, 0),
+                    output_tokens=seq.num_output,
+                    ttft_s=seq.first_token_s,
+                    finish_s=seq.finish_s,
+                )
+            )
+        return responses, now
+
+    def _loop(
+        self,
+        waiting: deque[SimSeq],
+        running: list[SimSeq],
+        ctx: ScheduleContext,
+        total: int,
+        progress: Progress | None,
+    ) -> tuple[float, int]:
+        """The iteration loop; returns the simulated makespan in seconds and the iterations."""
+        coef = self.coefficients
+        a, b, d, e, f = coef.a, coef.b, coef.d, coef.e, coef.f
+        pool = self._pool
+        policy = self._policy
+        register_late = self.enable_prefix_caching and not ctx.enable_register_on_allocate
+        now = 0.0
+        iterations = 0
+        done = 0
+        report_every = max(1, total // 100)
+        next_report = report_every
+        while waiting or running:
+            batch = policy.schedule(waiting, running, ctx)
+            iterations += 1
+            if not batch:
+                raise RuntimeError(
+                    f"scheduler {self.policy_name!r} formed an empty batch with "
+                    f"{len(waiting)} waiting and {len(running)} running requests"
+                )
+            tokens = 0
+            attn = 0
+            kv = 0
+            n_prefill = 0
+            for seq, n in batch:
+                m = seq.num_computed
+                if seq.generated == 0 or m < seq.num_tokens - 1:
+                    tokens += n
+                    attn += n * n + 2 * m * n
+                    n_prefill += 1
+                else:
+                    tokens += 1
+                    kv += m
+            now += a * tokens + b * attn + d * kv + e * n_prefill + f
+            finished = False
+            for seq, n in batch:
+                seq.num_computed += n
+                if register_late:
+                    ctx.register(seq, seq.num_computed)
+                if seq.num_computed == seq.num_tokens:
+                    seq.generated += 1
+                    if seq.generated == 1 and seq.first_token_s < 0:
+                        seq.first_token_s = now
+                    if seq.generated >= seq.num_output:
+                        seq.finish_s = now
+                        pool.free(seq.blocks)
+                        seq.blocks = []
+                        finished = True
+                        done += 1
+                    else:
+                        seq.num_tokens += 1
+            if finished:
+                running[:] = [s for s in running if s.finish_s < 0]
+                if progress is not None and (done >= next_report or done == total):
+                    progress(done, total)
+                    next_report = done + report_every
+        return now, iterations

@@ -1,0 +1,184 @@
+"""The scheduler seam: per-request state, the context a policy schedules in, the Policy protocol.
+
+Each iteration the engine calls ``policy.schedule(waiting, running, ctx)``. A policy picks
+the batch: it may admit requests from the head of `waiting` into `running` (after a successful
+`ctx.allocate`), preempt running requests with `ctx.preempt` (they go back to the *front* of
+`waiting`), and returns the batch as ``[(seq, num_new_tokens), ...]``. The engine then prices the
+batch with the cost model, advances every scheduled sequence, registers computed blocks in the
+prefix cache and retires finished requests. Priority policies (static priority, RelServe) plug in
+through the same seam by ordering the queues and choosing victims differently.
+
+Invariants a policy keeps: a sequence in `running` holds KV blocks for every computed token; a
+sequence in `waiting` holds none (`num_computed == 0`); a batch never exceeds
+`ctx.max_num_batched_tokens` tokens or `ctx.max_num_seqs` running sequences, and schedules
+each sequence at most once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+from resources.sim.block_cache import BLOCK_SIZE, BlockPool
+
+__all__ = ["Batch", "Policy", "ScheduleContext", "SimSeq"]
+
+
+class SimSeq:
+    """One request inside the simulated engine (mutable; the engine and policies update it)."""
+
+    __slots__ = (
+        "index",
+        "request_id",
+        "priority",
+        "relquery_id",
+        "prompt_len",
+        "hashes",
+        "num_output",
+        "num_tokens",
+        "num_computed",
+        "generated",
+        "blocks",
+        "num_registered",
+        "cached_tokens",
+        "first_token_s",
+        "finish_s",
+        "num_preemptions",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        request_id: str,
+        prompt_len: int,
+        hashes: list[int],
+        num_output: int,
+        priority: int = 0,
+        relquery_id: str = "",
+    ) -> None:
+        self.index = index
+        """Submission order (FCFS key)."""
+        self.request_id = request_id
+        self.priority = priority
+        self.relquery_id = relquery_id
+        self.prompt_len = prompt_len
+        self.hashes = hashes
+        """Chained hashes of the prompt's full blocks."""
+        self.num_output = num_output
+        """Output tokens this request will generate (>= 1)."""
+        self.num_tokens = prompt_len
+        """Prompt plus generated tokens so far."""
+        self.num_computed = 0
+        """Tokens whose KV is in the cache (cache hits included)."""
+        self.generated = 0
+        self.blocks: list[int] = []
+        self.num_registered = 0
+        """Leading blocks already keyed in the prefix cache."""
+        self.cached_tokens = -1
+        """Prefix-cache hit at first scheduling (-1 until scheduled), as vLLM reports it."""
+        self.first_token_s = -1.0
+        self.finish_s = -1.0
+        self.num_preemptions = 0
+
+    @property
+    def is_prefill(self) -> bool:
+        """Still computing its prompt (or recomputing after preemption)."""
+        return self.generated == 0 or self.num_computed < self.num_tokens - 1
+
+    @property
+    def num_remaining(self) -> int:
+        """Tokens to compute before the next output token."""
+        return self.num_tokens - self.num_computed
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return (
+            f"SimSeq({self.request_id!r}, tokens={self.num_tokens}, computed={self.num_computed}, "
+            f"generated={self.generated}/{self.num_output}, blocks={len(self.blocks)})"
+        )
+
+
+Batch = list[tuple[SimSeq, int]]
+
+
+@dataclass
+class ScheduleContext:
+    """What a policy may read and the KV operations it may call."""
+
+    pool: BlockPool
+    max_num_seqs: int
+    """Most sequences in `running` at once."""
+    max_num_batched_tokens: int
+    """Most tokens computed in one iteration."""
+    watermark_blocks: int = 0
+    """Free blocks an admission must leave untouched (vLLM v0 keeps 1%)."""
+    enable_register_on_allocate: bool = True
+    """Key full prompt blocks in the prefix cache as soon as they are allocated for computing
+    (vLLM v1: a later request of the same step can hit them, because each layer writes its KV
+    before its attention reads it). False: the engine keys them after the step (vLLM v0)."""
+    num_preemptions: int = 0
+
+    def lookup(self, seq: SimSeq) -> list[int]:
+        """Cached blocks a sequence about to be admitted would reuse ([] if caching is off)."""
+        return self.pool.lookup(seq.hashes, seq.num_tokens)
+
+    def allocate(
+        self,
+        seq: SimSeq,
+        num_new_tokens: int,
+        computed_blocks: list[int] | None = None,
+        use_watermark: bool = False,
+    ) -> bool:
+        """Reserve blocks so `seq` can compute `num_new_tokens` more tokens (vLLM v1's
+        `allocate_slots`). For an admission, `computed_blocks` are its cache hits: they are
+        referenced and `seq.num_computed` jumps to cover them. False (nothing changed) when
+        the free queue is too short."""
+        pool = self.pool
+        computed = computed_blocks or []
+        num_computed = seq.num_computed + len(computed) * BLOCK_SIZE
+        required = -(-(num_computed + num_new_tokens) // BLOCK_SIZE)
+        num_new_blocks = required - len(seq.blocks) - len(computed)
+        evictable = pool.num_evictable(computed) if computed else 0
+        reserve = self.watermark_blocks if use_watermark else 0
+        if max(num_new_blocks, 0) + evictable + reserve > pool.num_free:
+            return False
+        if computed:
+            pool.touch(computed)
+            seq.blocks.extend(computed)
+            seq.num_computed = num_computed
+        if num_new_blocks > 0:
+            seq.blocks.extend(pool.allocate(num_new_blocks))
+        if self.enable_register_on_allocate:
+            self.register(seq, seq.num_computed + num_new_tokens)
+        return True
+
+    def register(self, seq: SimSeq, num_tokens: int) -> None:
+        """Key `seq`'s full prompt blocks within its first `num_tokens` tokens in the cache."""
+        if seq.num_registered >= len(seq.hashes):
+            return
+        full = min(num_tokens, seq.prompt_len, len(seq.hashes) * BLOCK_SIZE) // BLOCK_SIZE
+        if full > seq.num_registered:
+            self.pool.register(
+                seq.blocks[seq.num_registered : full], seq.hashes[seq.num_registered : full]
+            )
+            seq.num_registered = full
+
+    def preempt(self, seq: SimSeq) -> None:
+        """Preempt by recompute: free the blocks, forget computed tokens (generated ones stay
+        and are recomputed as part of the prompt). The caller puts `seq` back in `waiting`."""
+        self.pool.free(seq.blocks)
+        seq.blocks = []
+        seq.num_computed = 0
+        seq.num_registered = 0
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+
+
+class Policy(Protocol):
+    """Forms one iteration's batch from the queues (see the module docstring)."""
+
+    name: str
+
+    def schedule(
+        self, waiting: deque[SimSeq], running: list[SimSeq], ctx: ScheduleContext
+    ) -> Batch: ...

@@ -1,0 +1,54 @@
+"""vLLM v0's default scheduler: FCFS, prefill first, no chunked prefill, no hybrid batches.
+
+Each iteration: admit waiting requests in order while the whole uncached prompt fits the
+remaining token budget, a sequence slot is free and the KV pool keeps its 1% watermark; if any
+was admitted, the batch is prefill only. Otherwise every running request decodes one token; when
+a decode needs a block and none is free, the most recently admitted running request is preempted
+(recompute) and goes back to the front of the waiting queue.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from resources.sim.policies.base import Batch, ScheduleContext, SimSeq
+
+
+class VLLMv0Policy:
+    name = "vllm-v0"
+    register_at_schedule = False
+    enable_chunked_prefill = False
+
+    def schedule(
+        self, waiting: deque[SimSeq], running: list[SimSeq], ctx: ScheduleContext
+    ) -> Batch:
+        budget = ctx.max_num_batched_tokens
+        batch: Batch = []
+        while waiting and len(running) < ctx.max_num_seqs:
+            seq = waiting[0]
+            computed = ctx.lookup(seq)
+            num_new = seq.num_tokens - len(computed) * 16
+            if num_new > budget:
+                break
+            if not ctx.allocate(seq, num_new, computed, use_watermark=True):
+                break
+            waiting.popleft()
+            running.append(seq)
+            if seq.cached_tokens < 0:
+                seq.cached_tokens = seq.num_computed
+            batch.append((seq, num_new))
+            budget -= num_new
+        if batch:
+            return batch
+        i = 0
+        while i < len(running):
+            seq = running[i]
+            while not ctx.allocate(seq, 1):
+                victim = running.pop()
+                ctx.preempt(victim)
+                waiting.appendleft(victim)
+                if victim is seq:
+                    return batch
+            batch.append((seq, 1))
+            i += 1
+        return batch

@@ -1,0 +1,61 @@
+"""vLLM v1's default scheduler (Sarathi-style): running requests first, then chunked prefill.
+
+Each iteration, with a token budget of `max_num_batched_tokens`: every running request (in
+admission order) gets its remaining tokens, capped by the budget (a decode needs 1, a partly
+prefilled prompt its next chunk); if its blocks cannot be allocated, the last running request is
+preempted (recompute, back to the waiting front) until it fits or it is itself the victim. Then,
+only if nothing was preempted this iteration, waiting requests are admitted in order, each with
+its uncached tokens chunked to the remaining budget, while a sequence slot and blocks are free.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from resources.sim.policies.base import Batch, ScheduleContext, SimSeq
+
+
+class VLLMv1Policy:
+    name = "vllm-v1"
+    register_at_schedule = True
+    enable_chunked_prefill = True
+
+    def schedule(
+        self, waiting: deque[SimSeq], running: list[SimSeq], ctx: ScheduleContext
+    ) -> Batch:
+        budget = ctx.max_num_batched_tokens
+        batch: Batch = []
+        preempted = False
+        i = 0
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            num_new = min(seq.num_tokens - seq.num_computed, budget)
+            scheduled = True
+            while not ctx.allocate(seq, num_new):
+                victim = running.pop()
+                ctx.preempt(victim)
+                waiting.appendleft(victim)
+                preempted = True
+                if victim is seq:
+                    scheduled = False
+                    break
+            if not scheduled:
+                break
+            batch.append((seq, num_new))
+            budget -= num_new
+            i += 1
+        if preempted:
+            return batch
+        while waiting and budget > 0 and len(running) < ctx.max_num_seqs:
+            seq = waiting[0]
+            computed = ctx.lookup(seq)
+            num_new = min(seq.num_tokens - len(computed) * 16, budget)
+            if not ctx.allocate(seq, num_new, computed):
+                break
+            waiting.popleft()
+            running.append(seq)
+            if seq.cached_tokens < 0:
+                seq.cached_tokens = seq.num_computed
+            batch.append((seq, num_new))
+            budget -= num_new
+        return batch

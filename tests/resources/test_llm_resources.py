@@ -1,0 +1,143 @@
+"""The Dagster engine resources, run in-process with `dg.materialize`."""
+
+import importlib.util
+import logging
+import sys
+from collections.abc import Iterator
+
+import dagster as dg
+import pytest
+
+from llm_assets.output_spec import OutputSpec
+from resources.engine import LLMEngine, Request
+from resources.llm_resources import (
+    LLMEngineResource,
+    OpenAIEngineResource,
+    SimulatedEngineResource,
+    VLLMEngineResource,
+)
+
+MODEL = "llama-2-7b"
+KEY_VAR = "LLM_ASSETS_TEST_OPENAI_KEY"
+SECRET = "sk-resource-test-NEVER-SHOW-91d2"
+
+ENGINES_SEEN: list[LLMEngine] = []
+
+
+def requests() -> list[Request]:
+    prefix = "Does the review recommend the film? Answer Yes or No.\n" * 4
+    yes_no = OutputSpec.choice(["Yes", "No"])
+    return [Request(f"r{i}", f"{prefix}Review {i}: fine.", 2, yes_no) for i in range(6)]
+
+
+@dg.asset
+def llm_outputs(context: dg.AssetExecutionContext, llm: LLMEngineResource) -> dg.MaterializeResult:
+    """Runs one relQuery through whichever engine resource is bound."""
+    ENGINES_SEEN.append(llm.engine)
+    result = llm.run("test_relquery", requests())
+    second = llm.run("test_relquery_again", requests())
+    context.log.info("ran %d requests on %s", result.stats.n_requests, result.stats.engine)
+    return dg.MaterializeResult(
+        metadata={
+            "n_requests": result.stats.n_requests,
+            "errors": result.stats.errors,
+            "engine": result.stats.engine,
+            "token_hit_rate": result.stats.token_hit_rate,
+            "second_hit_rate": second.stats.token_hit_rate,
+            "answers": ",".join(r.text.strip() for r in result.responses),
+        }
+    )
+
+
+def materialized_metadata(result: dg.ExecuteInProcessResult) -> dict:
+    (event,) = result.asset_materializations_for_node("llm_outputs")
+    return {k: v.value for k, v in event.metadata.items()}
+
+
+@pytest.fixture(autouse=True)
+def _clear_seen() -> Iterator[None]:
+    ENGINES_SEEN.clear()
+    yield
+    ENGINES_SEEN.clear()
+
+
+def _require_sim() -> None:
+    pytest.importorskip("resources.sim.engine", reason="the simulated engine is not built yet")
+
+
+def test_the_abstract_resource_cannot_be_built() -> None:
+    with pytest.raises(TypeError):
+        LLMEngineResource()  # type: ignore[abstract]
+
+
+def test_simulated_engine_resource_materializes_and_keeps_its_cache_within_a_run() -> None:
+    _require_sim()
+    result = dg.materialize([llm_outputs], resources={"llm": SimulatedEngineResource(gpu="L4")})
+    assert result.success
+    meta = materialized_metadata(result)
+    assert meta["n_requests"] == 6 and meta["errors"] == 0 and meta["engine"] == "sim"
+    assert set(meta["answers"].split(",")) <= {"Yes", "No"}
+    # one engine for the whole run: the second relQuery finds the first one's blocks cached
+    assert meta["second_hit_rate"] > meta["token_hit_rate"]
+
+
+def test_vllm_resource_builds_lazily_and_fails_clearly_without_vllm() -> None:
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed: this checks the missing-vLLM error")
+    resource = VLLMEngineResource(model="facebook/opt-125m", scheduling_policy="priority")
+    with dg.build_init_resource_context() as context:
+        resource.setup_for_execution(context)
+        assert "vllm" not in sys.modules  # set-up loads nothing
+        assert "opt-125m" in repr(resource.engine)
+        resource.teardown_after_execution(context)
+    result = dg.materialize([llm_outputs], resources={"llm": resource}, raise_on_error=False)
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    assert "pip install -e '.[vllm]'" in str(failure.step_failure_data.error)
+
+
+def test_vllm_resource_config_errors_list_valid_values() -> None:
+    resource = VLLMEngineResource(model="m", scheduling_policy="random")
+    with pytest.raises(ValueError, match=r"'random'.*'fcfs', 'priority'"):
+        resource.run("q", [])
+
+
+def test_openai_resource_reads_the_key_from_the_environment_and_never_shows_it(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _require_sim()
+    from resources.sim.server import ServerConfig, build_engine, serve_in_thread
+
+    monkeypatch.setenv(KEY_VAR, SECRET)
+    caplog.set_level(logging.DEBUG)
+    config = ServerConfig(served_model_name=MODEL, api_key=SECRET)
+    with serve_in_thread(build_engine(gpu="L4", model=MODEL), config=config) as base_url:
+        resource = OpenAIEngineResource(
+            base_url=base_url, model=MODEL, api_key=dg.EnvVar(KEY_VAR), max_concurrency=4
+        )
+        result = dg.materialize([llm_outputs], resources={"llm": resource})
+    assert result.success
+    meta = materialized_metadata(result)
+    assert meta["n_requests"] == 6 and meta["errors"] == 0  # the server accepted the key
+    assert meta["engine"] == "openai" and meta["second_hit_rate"] > 0
+    (engine,) = ENGINES_SEEN
+    assert engine._client is None  # closed in teardown_after_execution
+    shown = [caplog.text, repr(resource), repr(engine), str(meta)]
+    shown += [str(event) for event in result.all_events]
+    shown += [str(result.dagster_run.run_config)]
+    assert caplog.records
+    for text in shown:
+        assert SECRET not in text
+
+
+def test_openai_resource_without_the_key_gets_error_rows_not_a_crash() -> None:
+    _require_sim()
+    from resources.sim.server import ServerConfig, build_engine, serve_in_thread
+
+    config = ServerConfig(served_model_name=MODEL, api_key=SECRET)
+    with serve_in_thread(build_engine(gpu="L4", model=MODEL), config=config) as base_url:
+        resource = OpenAIEngineResource(base_url=base_url, model=MODEL, max_retries=0)
+        result = resource.run("q", requests()[:2])
+        resource.close()
+    assert result.stats.errors == 2
+    assert all("HTTP 401" in (r.error or "") for r in result.responses)
