@@ -1,0 +1,552 @@
+"""The LLM query model: sources, an inner equi-join, non-LLM predicates, LLM stages, post-ops.
+
+An `LLMQuery` is pure data (frozen dataclasses, no Dagster, no I/O) that the asset layer runs
+stage by stage (DESIGN.md sections 1 and 4, "Filter pushdown"):
+
+1. **pre-LLM relation** (`pre_llm_sql`): the join of the sources in DuckDB, selecting every
+   base column a later stage reads (`columns_needed`) under an unambiguous output name
+   (`output_names`); with `pushdown=True` every non-LLM predicate runs here, in WHERE.
+2. **retrievals**: each `Retrieval` adds a column holding the k nearest values of its corpus
+   column (`corpus_sql`) to the row's query column.
+3. **LLM calls**, in the order of `llm_calls`; every `LLMFilter` on a call applies right after
+   that call, before any later call runs (so later calls see only the rows that passed).
+4. **post-LLM predicates** (`post_llm_predicates`): with `pushdown=False` the non-LLM predicates
+   run here instead, as SQL over the output names. Predicates and LLM filters are a conjunction,
+   so the final rows are the same either way; only the number of LLM calls differs.
+5. **aggregate** (if any), last; then the `projection`.
+
+Columns are written qualified, `alias.column` (e.g. `r.review_content`); LLM calls, retrievals
+and the aggregate are named by their output column (`llm_1`, `context`, `avg_score`).
+
+>>> from llm_assets.output_spec import OutputSpec
+>>> kids = LLMCall("llm_1", "Kids? {info} {text}", ("m.info", "r.text"),
+...                OutputSpec.choice(["Yes", "No"]), max_tokens=2)
+>>> q = LLMQuery(
+...     name="q2",
+...     sources=(Source("r", "reviews"), Source("m", "movies")),
+...     joins=(Join("r", "link", "m", "link"),),
+...     predicates=(Predicate("r.kind = 'Fresh'", ("r.kind",)),),
+...     llm_calls=(kids,),
+...     llm_filters=(LLMFilter("llm_1", "=", "Yes"),),
+...     projection=("m.title",),
+... )
+>>> q.columns_needed()
+('m.title', 'm.info', 'r.text', 'r.kind')
+>>> print(q.pre_llm_sql(pushdown=True))
+SELECT m."title" AS "title", m."info" AS "info", r."text" AS "text", r."kind" AS "kind"
+FROM reviews AS r
+JOIN movies AS m ON r."link" = m."link"
+WHERE (r.kind = 'Fresh')
+>>> print(*q.post_llm_predicates(pushdown=False))
+"kind" = 'Fresh'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import sqlglot
+from sqlglot import exp
+
+from llm_assets.optimizer.prompts import parse_template
+from llm_assets.output_spec import OutputSpec
+
+AGGREGATE_FUNCTIONS: tuple[str, ...] = ("AVG", "SUM", "COUNT", "MIN", "MAX")
+FILTER_OPS: tuple[str, ...] = ("=", "!=")
+NAME_SEPARATOR = "__"
+"""Joins alias and column in an output name when the bare column name is ambiguous (`m__title`)."""
+
+_SIMPLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+AggregateFunction = Literal["AVG", "SUM", "COUNT", "MIN", "MAX"]
+
+
+def split_column(qualified: str) -> tuple[str, str]:
+    """`"r.review_content"` -> `("r", "review_content")`; ValueError if not `alias.column`.
+
+    >>> split_column("m.movie_info")
+    ('m', 'movie_info')
+    """
+    alias, dot, column = qualified.partition(".")
+    if not dot or not alias or not column or "." in column:
+        raise ValueError(f"column {qualified!r} is not qualified; write it as alias.column")
+    return alias, column
+
+
+def bare_name(field: str) -> str:
+    """The name a template placeholder uses for a field: the column part, or the field itself
+    for an unqualified stage output (a retrieval). `bare_name("m.movie_info") == "movie_info"`."""
+    return field.partition(".")[2] if "." in field else field
+
+
+def quote(name: str) -> str:
+    """A DuckDB quoted identifier (case is kept, `"` doubled)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True)
+class Source:
+    """One table in FROM."""
+
+    alias: str
+    """How every column of this table is qualified (`r` in `r.review_content`)."""
+    table: str
+    """The table name as written in the query; the caller binds it to a DuckDB relation."""
+
+    def __post_init__(self) -> None:
+        if not self.alias or "." in self.alias:
+            raise ValueError(f"source alias {self.alias!r} must be a non-empty name without '.'")
+        if not self.table:
+            raise ValueError(f"source {self.alias!r} needs a table name")
+
+
+@dataclass(frozen=True)
+class Join:
+    """An inner equi-join condition `left_alias.left_column = right_alias.right_column`."""
+
+    left_alias: str
+    """Alias of one side."""
+    left_column: str
+    """Column of the left side (bare name)."""
+    right_alias: str
+    """Alias of the other side; differs from `left_alias`."""
+    right_column: str
+    """Column of the right side (bare name)."""
+
+    def __post_init__(self) -> None:
+        if self.left_alias == self.right_alias:
+            raise ValueError(
+                f"join {self.left_alias}.{self.left_column} = {self.right_alias}."
+                f"{self.right_column} compares a source with itself; join two different aliases"
+            )
+
+    @property
+    def aliases(self) -> tuple[str, str]:
+        return self.left_alias, self.right_alias
+
+    def sql(self) -> str:
+        return (
+            f"{self.left_alias}.{quote(self.left_column)} = "
+            f"{self.right_alias}.{quote(self.right_column)}"
+        )
+
+
+def _sql_columns(sql: str) -> list[exp.Column]:
+    try:
+        tree = sqlglot.parse_one(sql, read="duckdb")
+    except sqlglot.errors.ParseError as exc:
+        raise ValueError(f"predicate {sql!r} is not valid DuckDB SQL: {exc}") from exc
+    return list(tree.find_all(exp.Column))
+
+
+@dataclass(frozen=True)
+class Predicate:
+    """One non-LLM conjunct of WHERE, as DuckDB SQL over qualified columns.
+
+    Invariant: the qualified columns that `sql` references are exactly `columns`.
+    """
+
+    sql: str
+    """DuckDB boolean expression over `alias.column` references, e.g. `r.review_type = 'Fresh'`."""
+    columns: tuple[str, ...]
+    """The qualified columns `sql` reads, e.g. `("r.review_type",)`."""
+
+    def __post_init__(self) -> None:
+        found = []
+        for col in _sql_columns(self.sql):
+            if not col.table:
+                raise ValueError(
+                    f"predicate {self.sql!r} reads unqualified column {col.name!r}; "
+                    f"qualify it as alias.{col.name}"
+                )
+            found.append(f"{col.table}.{col.name}")
+        if set(found) != set(self.columns):
+            raise ValueError(
+                f"predicate {self.sql!r} reads columns {sorted(set(found))}, "
+                f"but declares {sorted(set(self.columns))}"
+            )
+        for column in self.columns:
+            split_column(column)
+
+    def rename(self, names: Mapping[str, str]) -> str:
+        """The predicate as SQL over output names (`names`: qualified -> output name)."""
+        tree = sqlglot.parse_one(self.sql, read="duckdb")
+
+        def swap(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, exp.Column) and node.table:
+                return exp.column(exp.to_identifier(names[f"{node.table}.{node.name}"], True))
+            return node
+
+        return tree.transform(swap).sql(dialect="duckdb")
+
+
+@dataclass(frozen=True)
+class LLMCall:
+    """One LLM stage: a prompt per row from `template` and the row's `fields`."""
+
+    name: str
+    """The output column it adds, e.g. `llm_1`; unique among the query's stage outputs."""
+    template: str
+    """The instruction; `{placeholder}`s name fields by bare name (`{movie_info}`)."""
+    fields: tuple[str, ...]
+    """Values passed, in argument order: qualified columns (`m.movie_info`) or the name of a
+    retrieval output (`context`). Bare names are unique within a call."""
+    output: OutputSpec
+    """The shape of a valid answer."""
+    max_tokens: int
+    """Generation limit per request (> 0)."""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("an LLM call needs a name (its output column)")
+        if self.max_tokens <= 0:
+            raise ValueError(
+                f"LLM call {self.name!r}: max_tokens must be > 0, got {self.max_tokens}"
+            )
+        if not self.fields:
+            raise ValueError(f"LLM call {self.name!r} passes no field")
+        bare = [bare_name(f) for f in self.fields]
+        dupes = sorted({b for b in bare if bare.count(b) > 1})
+        if dupes:
+            raise ValueError(
+                f"LLM call {self.name!r} passes several fields named {dupes} "
+                f"({list(self.fields)}); a placeholder could not tell them apart"
+            )
+        try:
+            parse_template(self.template, bare)
+        except ValueError as exc:
+            raise ValueError(f"LLM call {self.name!r}: {exc}") from exc
+
+    @property
+    def placeholders(self) -> tuple[str, ...]:
+        """Fields the template names, in order of first mention."""
+        return tuple(parse_template(self.template, [bare_name(f) for f in self.fields])[1])
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """`similarity_search(query_column, k => k)`: the k nearest corpus values of each row."""
+
+    name: str
+    """The output column it adds (used as an LLM field, e.g. `context`)."""
+    query_column: str
+    """Qualified column whose value is the search query, e.g. `s.question`."""
+    k: int
+    """How many nearest values to retrieve (> 0)."""
+    corpus_column: str
+    """Qualified column whose distinct values (over the whole source table, before any
+    predicate) form the corpus, e.g. `s.context`; see `LLMQuery.corpus_sql`."""
+
+    def __post_init__(self) -> None:
+        if not self.name or "." in self.name:
+            raise ValueError(f"retrieval name {self.name!r} must be a non-empty name without '.'")
+        if self.k <= 0:
+            raise ValueError(f"retrieval {self.name!r}: k must be > 0, got {self.k}")
+        split_column(self.query_column)
+        split_column(self.corpus_column)
+
+
+@dataclass(frozen=True)
+class LLMFilter:
+    """`LLM(...) op value` in WHERE: keeps the rows whose answer of `call_name` satisfies it.
+    Applies right after that call, before later calls."""
+
+    call_name: str
+    """The filtered LLM call."""
+    op: str
+    """One of `FILTER_OPS`: `=` keeps answers equal to `value`, `!=` the others."""
+    value: str
+    """The compared answer; one of the call's choice values."""
+
+    def __post_init__(self) -> None:
+        if self.op not in FILTER_OPS:
+            raise ValueError(f"unknown LLM filter op {self.op!r}; expected one of {FILTER_OPS}")
+
+    def keeps(self, answer: str) -> bool:
+        """Whether a row with this (stripped) answer passes."""
+        return (answer.strip() == self.value) == (self.op == "=")
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """`function(call_name) AS alias ... GROUP BY group_by`, run after every other stage."""
+
+    group_by: tuple[str, ...]
+    """Qualified grouping columns (may be empty: one group)."""
+    function: AggregateFunction
+    """One of `AGGREGATE_FUNCTIONS`."""
+    call_name: str
+    """The LLM call whose answers are aggregated."""
+    alias: str
+    """The output column of the aggregate, e.g. `avg_score`."""
+
+    def __post_init__(self) -> None:
+        if self.function not in AGGREGATE_FUNCTIONS:
+            raise ValueError(
+                f"unknown aggregate {self.function!r}; expected one of {AGGREGATE_FUNCTIONS}"
+            )
+        if not self.alias or "." in self.alias:
+            raise ValueError(f"aggregate alias {self.alias!r} must be a non-empty name without '.'")
+        for column in self.group_by:
+            split_column(column)
+
+
+@dataclass(frozen=True)
+class LLMQuery:
+    """A query whose expensive operators are LLM calls; see the module docstring for stages.
+
+    Invariants (checked at construction, ValueError naming the value and the accepted ones):
+    source aliases are unique and every source after the first is joined to an earlier one;
+    every qualified column names a known alias; stage outputs (LLM calls, retrievals, the
+    aggregate alias) have unique names; every LLM field is a qualified column or a retrieval;
+    filters and the aggregate name known calls; a filtered call answers a choice holding the
+    compared value; with an aggregate, the projection holds only group-by columns and the alias.
+    """
+
+    name: str
+    """Query name (`q1`...), used for asset names."""
+    sources: tuple[Source, ...]
+    """Tables in FROM, in join order."""
+    joins: tuple[Join, ...] = ()
+    """Inner equi-join conditions connecting the sources."""
+    predicates: tuple[Predicate, ...] = ()
+    """Non-LLM conjuncts of WHERE (pushed below the LLM calls when `pushdown`)."""
+    retrievals: tuple[Retrieval, ...] = ()
+    """Retrieval stages, run before the LLM calls."""
+    llm_calls: tuple[LLMCall, ...] = ()
+    """LLM stages, in execution order."""
+    llm_filters: tuple[LLMFilter, ...] = ()
+    """LLM conjuncts of WHERE; each applies right after its call."""
+    projection: tuple[str, ...] = ()
+    """Output columns: qualified base columns, LLM call or retrieval names, the aggregate alias."""
+    aggregate: Aggregate | None = None
+    """The final aggregation, if any."""
+
+    def __post_init__(self) -> None:
+        if not self.sources:
+            raise ValueError(f"query {self.name!r} has no source")
+        aliases = [s.alias for s in self.sources]
+        dupes = sorted({a for a in aliases if aliases.count(a) > 1})
+        if dupes:
+            raise ValueError(f"query {self.name!r}: source aliases {dupes} are used twice")
+        self._check_joins(aliases)
+        calls = [c.name for c in self.llm_calls]
+        stage_outputs = calls + [r.name for r in self.retrievals]
+        if self.aggregate is not None:
+            stage_outputs.append(self.aggregate.alias)
+        dupes = sorted({n for n in stage_outputs if stage_outputs.count(n) > 1})
+        if dupes:
+            raise ValueError(f"query {self.name!r}: stage output names {dupes} are used twice")
+        retrievals = {r.name for r in self.retrievals}
+        for column in self._base_columns():
+            self._check_alias(column, aliases)
+        for r in self.retrievals:
+            self._check_alias(r.corpus_column, aliases)
+        for call in self.llm_calls:
+            for field in call.fields:
+                if "." not in field and field not in retrievals:
+                    raise ValueError(
+                        f"LLM call {call.name!r} field {field!r} is neither a qualified column "
+                        f"nor a retrieval; retrievals: {sorted(retrievals)}"
+                    )
+        by_name = {c.name: c for c in self.llm_calls}
+        for f in self.llm_filters:
+            call = by_name.get(f.call_name)
+            if call is None:
+                raise ValueError(
+                    f"LLM filter on unknown call {f.call_name!r}; known calls: {calls}"
+                )
+            if call.output.kind != "choice" or f.value not in call.output.values:
+                raise ValueError(
+                    f"LLM filter {f.call_name} {f.op} {f.value!r}: the call must answer a choice "
+                    f"holding {f.value!r}, its output is {call.output}"
+                )
+        self._check_projection(aliases, calls, retrievals)
+
+    # ---- validation helpers -------------------------------------------------------------
+
+    def _check_joins(self, aliases: list[str]) -> None:
+        for j in self.joins:
+            for alias in j.aliases:
+                if alias not in aliases:
+                    raise ValueError(
+                        f"join {j.sql()} names unknown alias {alias!r}; sources: {aliases}"
+                    )
+        for i, alias in enumerate(aliases[1:], start=1):
+            if not self._joins_for(i):
+                raise ValueError(
+                    f"source {alias!r} is not joined to any of {aliases[:i]}; "
+                    f"add a join condition (cross joins are not supported)"
+                )
+
+    def _joins_for(self, i: int) -> list[Join]:
+        """The join conditions that attach source i to sources 0..i-1."""
+        alias = self.sources[i].alias
+        earlier = {s.alias for s in self.sources[:i]}
+        return [
+            j for j in self.joins if alias in j.aliases and (set(j.aliases) - {alias}) <= earlier
+        ]
+
+    def _check_alias(self, column: str, aliases: list[str]) -> None:
+        alias, _ = split_column(column)
+        if alias not in aliases:
+            raise ValueError(f"column {column!r} names unknown alias {alias!r}; sources: {aliases}")
+
+    def _check_projection(self, aliases: list[str], calls: list[str], retrievals: set[str]) -> None:
+        if not self.projection:
+            raise ValueError(f"query {self.name!r} projects no column")
+        agg = self.aggregate
+        if agg is not None:
+            if agg.call_name not in calls:
+                raise ValueError(
+                    f"aggregate {agg.function}({agg.call_name}) names unknown call "
+                    f"{agg.call_name!r}; known calls: {calls}"
+                )
+            allowed = [*agg.group_by, agg.alias]
+            for item in self.projection:
+                if item not in allowed:
+                    raise ValueError(
+                        f"projection {item!r} is neither grouped nor aggregated; "
+                        f"with GROUP BY the projection may hold {allowed}"
+                    )
+            return
+        for item in self.projection:
+            if "." in item:
+                continue  # base column, alias already checked
+            if item not in calls and item not in retrievals:
+                raise ValueError(
+                    f"projection {item!r} is not a qualified column, an LLM call or a retrieval; "
+                    f"calls: {calls}, retrievals: {sorted(retrievals)}"
+                )
+
+    # ---- columns -----------------------------------------------------------------------
+
+    def _base_columns(self) -> list[str]:
+        """Every qualified column any stage reads, with repeats, in order of first mention:
+        projection, group-by, retrieval queries, LLM fields, predicates."""
+        out = [p for p in self.projection if "." in p]
+        if self.aggregate is not None:
+            out += list(self.aggregate.group_by)
+        out += [r.query_column for r in self.retrievals]
+        out += [f for c in self.llm_calls for f in c.fields if "." in f]
+        out += [c for p in self.predicates for c in p.columns]
+        return out
+
+    def columns_needed(self) -> tuple[str, ...]:
+        """Every qualified base column a stage reads per row (each once, in order of first
+        mention: projection, group-by, retrieval queries, LLM fields, predicates). Corpus
+        columns are not per-row inputs: read them with `corpus_sql`."""
+        return tuple(dict.fromkeys(self._base_columns()))
+
+    def stage_outputs(self) -> tuple[str, ...]:
+        """Names of the columns the stages add: retrievals, LLM calls, the aggregate alias."""
+        names = [r.name for r in self.retrievals] + [c.name for c in self.llm_calls]
+        if self.aggregate is not None:
+            names.append(self.aggregate.alias)
+        return tuple(names)
+
+    def output_names(self) -> dict[str, str]:
+        """Qualified column -> its column name in the pre-LLM relation.
+
+        Rule: the bare column name (`movie_info`) when no other needed column has the same bare
+        name and no stage output is called that (compared case-insensitively, as DuckDB does);
+        otherwise `alias__column` (`m__title`, `s__context`). Names are unique.
+        """
+        needed = self.columns_needed()
+        taken = {n.lower() for n in self.stage_outputs()}
+        bare = [split_column(c)[1].lower() for c in needed]
+        names: dict[str, str] = {}
+        for column, low in zip(needed, bare, strict=True):
+            alias, col = split_column(column)
+            clash = bare.count(low) > 1 or low in taken
+            names[column] = f"{alias}{NAME_SEPARATOR}{col}" if clash else col
+        lowered = [n.lower() for n in names.values()] + sorted(taken)
+        dupes = sorted({n for n in lowered if lowered.count(n) > 1})
+        if dupes:
+            raise ValueError(f"query {self.name!r}: output names {dupes} collide; rename a column")
+        return names
+
+    def field_columns(self, call_name: str) -> dict[str, str]:
+        """For one LLM call: placeholder (bare field name) -> column of the staged relation
+        holding its value (an output name, or the retrieval's name)."""
+        by_name = {c.name: c for c in self.llm_calls}
+        if call_name not in by_name:
+            raise ValueError(f"unknown LLM call {call_name!r}; known calls: {list(by_name)}")
+        names = self.output_names()
+        return {bare_name(f): names.get(f, f) for f in by_name[call_name].fields}
+
+    def projection_columns(self) -> tuple[str, ...]:
+        """The projection as column names of the staged relation (output names for base columns;
+        LLM call, retrieval and aggregate names as they are)."""
+        names = self.output_names()
+        return tuple(names.get(p, p) for p in self.projection)
+
+    # ---- SQL -----------------------------------------------------------------------------
+
+    def _table_sql(self, source: Source, tables: Mapping[str, str] | None) -> str:
+        table = (tables or {}).get(source.table, source.table)
+        if _SIMPLE_NAME.fullmatch(table) is None:
+            table = quote(table)
+        return f"{table} AS {source.alias}"
+
+    def from_sql(self, tables: Mapping[str, str] | None = None) -> str:
+        """`FROM a AS x JOIN b AS y ON ...`; `tables` maps a table name to a DuckDB relation."""
+        lines = [f"FROM {self._table_sql(self.sources[0], tables)}"]
+        for i, source in enumerate(self.sources[1:], start=1):
+            on = " AND ".join(j.sql() for j in self._joins_for(i))
+            lines.append(f"JOIN {self._table_sql(source, tables)} ON {on}")
+        return "\n".join(lines)
+
+    def pre_llm_sql(
+        self,
+        pushdown: bool,
+        tables: Mapping[str, str] | None = None,
+        extra: tuple[str, ...] = (),
+    ) -> str:
+        """The DuckDB SELECT producing the relation the first stage runs over.
+
+        It joins the sources and selects `columns_needed()` under `output_names()`; with
+        `pushdown` every predicate is in WHERE, without it none is (run
+        `post_llm_predicates(False)` after the LLM stages). Table names are used as written
+        unless `tables` maps them to other DuckDB relation names. `extra` SQL expressions
+        (e.g. source row numbers) are appended to the SELECT list. Row order is unspecified.
+        """
+        names = self.output_names()
+        select = ", ".join(
+            f"{split_column(c)[0]}.{quote(split_column(c)[1])} AS {quote(names[c])}"
+            for c in self.columns_needed()
+        )
+        select = ", ".join([select, *extra])
+        sql = f"SELECT {select}\n{self.from_sql(tables)}"
+        if pushdown and self.predicates:
+            sql += "\nWHERE " + " AND ".join(f"({p.sql})" for p in self.predicates)
+        return sql
+
+    def post_llm_predicates(self, pushdown: bool) -> tuple[str, ...]:
+        """The predicates still to run after the LLM stages (and before the aggregate), as
+        DuckDB SQL over output names: none with `pushdown`, all of them without."""
+        if pushdown:
+            return ()
+        names = self.output_names()
+        return tuple(p.rename(names) for p in self.predicates)
+
+    def corpus_sql(self, retrieval: str, tables: Mapping[str, str] | None = None) -> str:
+        """The DuckDB SELECT of a retrieval's corpus: the distinct non-null values of its corpus
+        column over the whole source table (predicates do not shrink the corpus), as `value`."""
+        by_name = {r.name: r for r in self.retrievals}
+        if retrieval not in by_name:
+            raise ValueError(f"unknown retrieval {retrieval!r}; known: {list(by_name)}")
+        alias, column = split_column(by_name[retrieval].corpus_column)
+        source = next(s for s in self.sources if s.alias == alias)
+        col = f"{alias}.{quote(column)}"
+        return (
+            f"SELECT DISTINCT {col} AS value FROM {self._table_sql(source, tables)} "
+            f"WHERE {col} IS NOT NULL ORDER BY value"
+        )
+
+    def filters_for(self, call_name: str) -> tuple[LLMFilter, ...]:
+        """The LLM filters that apply right after `call_name`."""
+        return tuple(f for f in self.llm_filters if f.call_name == call_name)

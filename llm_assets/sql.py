@@ -1,0 +1,532 @@
+"""LLM-SQL front end: SQL text with `LLM('template', col, ...)` calls -> `LLMQuery`.
+
+The supported language is one SELECT (DuckDB dialect, parsed with sqlglot):
+
+    SELECT item, ... FROM t [AS] a [JOIN u [AS] b ON a.x = b.y [AND ...]] ...
+    [WHERE conjunct AND ...] [GROUP BY column, ...]
+
+- a SELECT item is a column, `LLM(...) [AS name]`, or `AVG|SUM|COUNT|MIN|MAX(LLM(...)) [AS name]`
+  (at most one aggregate; then GROUP BY columns and the aggregate are the only items);
+- `LLM('template', arg, ...)`: the template is a string literal whose `{placeholders}` are the
+  bare names of its column arguments (`{movie_info}` for `m.movie_info`); an argument is a
+  column or `similarity_search(col, k => 3 [, corpus => a.c])`, a `Retrieval` named after the
+  (next) template placeholder that no column argument binds; the corpus defaults to the column
+  of that name in the query column's source (`s.context` in Q5); k defaults to 3;
+- a WHERE conjunct (top-level AND) without an LLM call becomes a `Predicate` (pushed below the
+  LLM calls); `LLM(...) = 'literal'` (or `!=`/`<>`) becomes an `LLMFilter`.
+
+Stages: LLM calls of WHERE come first (in conjunct order), then those of SELECT (in item
+order), so a filter runs before the projection it guards (Q3). A call is named by its SELECT
+alias when it has one, else `llm_<stage number>` (1-based); an aggregate without alias is
+`<function>_<call>` (`avg_llm_1`).
+
+Output specs and generation limits (constants below):
+- a filtered call answers `OutputSpec.choice([literal, other])`: other is the opposite of
+  Yes/No, True/False, Positive/Negative (case kept as written), else `"Other"`;
+  `max_tokens` is `MAX_TOKENS_CHOICE_SHORT` (2) when every choice has <= 4 characters, else
+  `MAX_TOKENS_CHOICE` (3);
+- a call under AVG/SUM/MIN/MAX answers `OutputSpec.number(lo, hi)` with lo and hi read from
+  "between <lo> ... and <hi>" in the template, else `DEFAULT_NUMBER_RANGE` (0..10);
+  `max_tokens` `MAX_TOKENS_NUMBER` (3);
+- any other call (a projection, or under COUNT) answers `OutputSpec.text()`, `MAX_TOKENS_TEXT`
+  (50).
+
+Everything else raises `SQLError` naming the offending clause, with LLM calls shown as
+`LLM(...)`. Rejections come from the parsed tree, never from matching the raw text.
+
+>>> q = compile_sql("SELECT LLM('Summarize {review_content}', r.review_content) FROM reviews r")
+>>> q.llm_calls[0].name, q.llm_calls[0].fields, q.llm_calls[0].output.kind
+('llm_1', ('r.review_content',), 'text')
+>>> try:
+...     compile_sql("SELECT a.x FROM t a WHERE LLM('Is {y} ok?', a.y) = 'Yes' OR a.z > 1")
+... except SQLError as exc:
+...     print(str(exc).split(" (")[0])
+unsupported in WHERE: LLM(...) = 'Yes' OR a.z > 1
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass, field
+
+import sqlglot
+from sqlglot import exp
+
+from llm_assets.output_spec import OutputSpec
+from llm_assets.query import (
+    Aggregate,
+    Join,
+    LLMCall,
+    LLMFilter,
+    LLMQuery,
+    Predicate,
+    Retrieval,
+    Source,
+)
+
+MAX_TOKENS_CHOICE_SHORT = 2
+"""Choice answers of at most 4 characters (Yes/No): one answer token plus end of sequence."""
+MAX_TOKENS_CHOICE = 3
+"""Longer choice answers (Positive/Negative may take two tokens) plus end of sequence."""
+MAX_TOKENS_NUMBER = 3
+"""A number such as `4.5`."""
+MAX_TOKENS_TEXT = 50
+"""Free-text projections."""
+DEFAULT_NUMBER_RANGE = (0.0, 10.0)
+"""Range of a numeric answer when the template does not say "between lo ... and hi"."""
+DEFAULT_K = 3
+"""`similarity_search` k when not given."""
+OTHER_ANSWER = {
+    "yes": "no",
+    "no": "yes",
+    "true": "false",
+    "false": "true",
+    "positive": "negative",
+    "negative": "positive",
+}
+"""The second answer of a filtered call's choice, by the compared literal (lower case)."""
+FALLBACK_OTHER = "Other"
+
+LLM_FUNCTION = "LLM"
+SEARCH_FUNCTION = "SIMILARITY_SEARCH"
+AGGREGATES: dict[type[exp.Expression], str] = {
+    exp.Avg: "AVG",
+    exp.Sum: "SUM",
+    exp.Count: "COUNT",
+    exp.Min: "MIN",
+    exp.Max: "MAX",
+}
+SUPPORTED_CLAUSES = ("expressions", "from_", "joins", "where", "group")
+
+_BETWEEN = re.compile(
+    r"\bbetween\s+(-?\d+(?:\.\d+)?)\b[^0-9]{0,40}?\band\s+(-?\d+(?:\.\d+)?)", re.IGNORECASE
+)
+
+
+class SQLError(ValueError):
+    """LLM-SQL that cannot be compiled; the message names the offending clause."""
+
+
+def _is_call(node: exp.Expression, name: str) -> bool:
+    return isinstance(node, exp.Anonymous) and str(node.name).upper() == name
+
+
+def _is_llm(node: exp.Expression) -> bool:
+    return _is_call(node, LLM_FUNCTION)
+
+
+def _has_llm(node: exp.Expression) -> bool:
+    return any(_is_llm(n) for n in node.walk())
+
+
+def show(node: exp.Expression) -> str:
+    """The clause as DuckDB SQL, each LLM call inside it shortened to `LLM(...)` (a clause that
+    is itself one LLM call is shown whole)."""
+    copy = node.copy()
+    for n in list(copy.find_all(exp.Anonymous)):
+        if _is_llm(n):
+            n.replace(exp.Anonymous(this=LLM_FUNCTION, expressions=[exp.var("...")]))
+    return copy.sql(dialect="duckdb")
+
+
+def number_range(template: str) -> tuple[float, float]:
+    """(lo, hi) from "between lo ... and hi" in the template, else `DEFAULT_NUMBER_RANGE`.
+
+    >>> number_range("Rate a satisfaction score between 0 (bad) and 5 (good) based on {x}")
+    (0.0, 5.0)
+    >>> number_range("Score {x}")
+    (0.0, 10.0)
+    """
+    m = _BETWEEN.search(template)
+    if m is None:
+        return DEFAULT_NUMBER_RANGE
+    lo, hi = float(m.group(1)), float(m.group(2))
+    return (lo, hi) if lo <= hi else (hi, lo)
+
+
+def choice_for(literal: str) -> tuple[str, ...]:
+    """The answers of a call filtered on `literal`: the literal first, then its opposite.
+
+    >>> choice_for("Yes"), choice_for("negative"), choice_for("Fresh")
+    (('Yes', 'No'), ('negative', 'positive'), ('Fresh', 'Other'))
+    """
+    other = OTHER_ANSWER.get(literal.lower())
+    if other is None:
+        return (literal, FALLBACK_OTHER)
+    if literal.isupper():
+        other = other.upper()
+    elif literal[:1].isupper():
+        other = other.capitalize()
+    return (literal, other)
+
+
+def _choice_tokens(values: tuple[str, ...]) -> int:
+    return MAX_TOKENS_CHOICE_SHORT if max(len(v) for v in values) <= 4 else MAX_TOKENS_CHOICE
+
+
+@dataclass
+class _Compiler:
+    name: str
+    sources: list[Source] = field(default_factory=list)
+    calls: list[LLMCall] = field(default_factory=list)
+    retrievals: dict[str, Retrieval] = field(default_factory=dict)
+
+    # ---- columns ------------------------------------------------------------------------
+
+    def aliases(self) -> list[str]:
+        return [s.alias for s in self.sources]
+
+    def qualify(self, col: exp.Column, clause: str, where: exp.Expression) -> str:
+        """`alias.column` for a column reference, resolving an unqualified one when the query
+        has a single source."""
+        if col.args.get("db") or col.args.get("catalog"):
+            raise SQLError(f"unsupported column {col.sql()} in {clause}: {show(where)}")
+        if col.table:
+            if col.table not in self.aliases():
+                raise SQLError(
+                    f"unknown alias {col.table!r} in {clause}: {show(where)}; "
+                    f"sources: {self.aliases()}"
+                )
+            return f"{col.table}.{col.name}"
+        if len(self.sources) == 1:
+            return f"{self.sources[0].alias}.{col.name}"
+        raise SQLError(
+            f"unqualified column {col.name!r} in {clause}: {show(where)}; "
+            f"qualify it with one of {self.aliases()}"
+        )
+
+    # ---- FROM / JOIN ----------------------------------------------------------------------
+
+    def source(self, node: exp.Expression, clause: str) -> Source:
+        if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
+            raise SQLError(f"unsupported in {clause}: {show(node)} (only table names)")
+        table = ".".join(p for p in (node.catalog, node.db, node.name) if p)
+        return Source(node.alias_or_name, table)
+
+    def joins(self, select: exp.Select) -> list[Join]:
+        out: list[Join] = []
+        for j in select.args.get("joins") or []:
+            if j.side or j.kind not in ("", "INNER") or j.args.get("using") or not j.args.get("on"):
+                raise SQLError(
+                    f"unsupported in JOIN: {show(j).strip()} (only INNER JOIN ... ON a.x = b.y)"
+                )
+            self.sources.append(self.source(j.this, "JOIN"))
+            on = j.args["on"]
+            for cond in _conjuncts(on):
+                if _has_llm(cond):
+                    raise SQLError(
+                        f"unsupported in JOIN ON: {show(cond)} (LLM calls are not allowed "
+                        f"in join conditions; move them to WHERE)"
+                    )
+                if not (
+                    isinstance(cond, exp.EQ)
+                    and isinstance(cond.this, exp.Column)
+                    and isinstance(cond.expression, exp.Column)
+                ):
+                    raise SQLError(
+                        f"unsupported in JOIN ON: {show(cond)} (only equalities of two "
+                        f"columns, alias.x = alias.y, joined by AND)"
+                    )
+                left = self.qualify(cond.this, "JOIN ON", cond).split(".", 1)
+                right = self.qualify(cond.expression, "JOIN ON", cond).split(".", 1)
+                try:
+                    out.append(Join(left[0], left[1], right[0], right[1]))
+                except ValueError as exc:
+                    raise SQLError(f"unsupported in JOIN ON: {show(cond)} ({exc})") from exc
+        return out
+
+    # ---- LLM calls -------------------------------------------------------------------------
+
+    def llm_call(
+        self,
+        node: exp.Anonymous,
+        clause: str,
+        where: exp.Expression,
+        name: str | None,
+        output: OutputSpec | None,
+        max_tokens: int | None,
+    ) -> LLMCall:
+        """Compile one `LLM(...)`; `output=None` means a number spec from the template."""
+        ctx = f"in {clause}: {show(where)}"
+        args = list(node.expressions)
+        if not args or not (isinstance(args[0], exp.Literal) and args[0].is_string):
+            got = show(args[0]) if args else "nothing"
+            raise SQLError(
+                f"the first argument of LLM must be a string literal template, got {got} {ctx}"
+            )
+        template = args[0].this
+        try:
+            parsed = list(string.Formatter().parse(template))
+        except ValueError as exc:
+            raise SQLError(f"malformed LLM template {template!r} ({exc}) {ctx}") from exc
+        placeholders = list(dict.fromkeys(p for _, p, _, _ in parsed if p is not None))
+        columns: list[str | None] = []
+        searches: list[exp.Anonymous] = []
+        for arg in args[1:]:
+            if isinstance(arg, exp.Column):
+                columns.append(self.qualify(arg, clause, where))
+            elif _is_call(arg, SEARCH_FUNCTION):
+                columns.append(None)
+                searches.append(arg)
+            else:
+                raise SQLError(
+                    f"unsupported LLM argument {show(arg)} {ctx} (arguments after the template "
+                    f"are columns or similarity_search(column, k => n))"
+                )
+        if not columns:
+            raise SQLError(f"LLM call passes no column after its template {ctx}")
+        bound = {c.split(".", 1)[1] for c in columns if c is not None}
+        unbound = [p for p in placeholders if p not in bound]
+        names = self.search_names(searches, unbound, ctx)
+        unbound = [p for p in unbound if p not in names]
+        if unbound:
+            raise SQLError(
+                f"LLM template names placeholder {unbound[0]!r} that is not among its arguments "
+                f"{sorted(bound | set(names))} {ctx}"
+            )
+        fields = []
+        it = iter(names)
+        for col in columns:
+            fields.append(col if col is not None else next(it))
+        call_name = name or f"llm_{len(self.calls) + 1}"
+        if output is None:
+            output = OutputSpec.number(*number_range(template))
+        try:
+            call = LLMCall(
+                call_name, template, tuple(fields), output, max_tokens or MAX_TOKENS_TEXT
+            )
+        except ValueError as exc:
+            raise SQLError(f"{exc} {ctx}") from exc
+        self.calls.append(call)
+        return call
+
+    def search_names(
+        self, searches: list[exp.Anonymous], unbound: list[str], ctx: str
+    ) -> list[str]:
+        """Compile the similarity_search arguments of one LLM call into retrievals; returns
+        their names (the placeholders they fill), in argument order."""
+        free = list(unbound)
+        names = []
+        for node in searches:
+            query, k, corpus = None, DEFAULT_K, None
+            for i, arg in enumerate(node.expressions):
+                key = (
+                    arg.this.name.lower()
+                    if isinstance(arg, exp.Kwarg)
+                    else ("query", "k")[min(i, 1)]
+                )
+                value = arg.expression if isinstance(arg, exp.Kwarg) else arg
+                if key == "query" and isinstance(value, exp.Column) and i == 0:
+                    query = self.qualify(value, "similarity_search", node)
+                elif key == "k" and isinstance(value, exp.Literal) and not value.is_string:
+                    k = int(value.this)
+                elif key == "corpus" and isinstance(value, exp.Column):
+                    corpus = self.qualify(value, "similarity_search", node)
+                else:
+                    raise SQLError(
+                        f"unsupported similarity_search argument {show(arg)} {ctx} "
+                        f"(write similarity_search(column, k => n[, corpus => alias.column]))"
+                    )
+            if query is None:
+                raise SQLError(f"similarity_search needs a query column first {ctx}")
+            if not free:
+                raise SQLError(
+                    f"{show(node)} fills no template placeholder {ctx}: every placeholder is "
+                    f"bound to a column argument; name the retrieved field in the template"
+                )
+            name = free.pop(0)
+            if corpus is None:
+                corpus = f"{query.split('.', 1)[0]}.{name}"
+            try:
+                retrieval = Retrieval(name, query, k, corpus)
+            except ValueError as exc:
+                raise SQLError(f"{exc} {ctx}") from exc
+            known = self.retrievals.get(name)
+            if known is not None and known != retrieval:
+                raise SQLError(f"two different retrievals fill {name!r}: {known}, {retrieval}")
+            self.retrievals[name] = retrieval
+            names.append(name)
+        return names
+
+    # ---- WHERE -------------------------------------------------------------------------------
+
+    def where(self, select: exp.Select) -> tuple[list[Predicate], list[LLMFilter]]:
+        predicates: list[Predicate] = []
+        filters: list[LLMFilter] = []
+        node = select.args.get("where")
+        if node is None:
+            return predicates, filters
+        for cond in _conjuncts(node.this):
+            if not _has_llm(cond):
+                predicates.append(self.predicate(cond))
+                continue
+            llm, literal, op = _llm_comparison(cond)
+            if llm is None:
+                raise SQLError(
+                    f"unsupported in WHERE: {show(cond)} (an LLM call in WHERE must be a "
+                    f"top-level AND conjunct of the form LLM(...) = 'literal')"
+                )
+            values = choice_for(literal)
+            call = self.llm_call(
+                llm, "WHERE", cond, None, OutputSpec.choice(values), _choice_tokens(values)
+            )
+            filters.append(LLMFilter(call.name, op, literal))
+        return predicates, filters
+
+    def predicate(self, cond: exp.Expression) -> Predicate:
+        bad = next(
+            (
+                n
+                for n in cond.walk()
+                if isinstance(n, exp.AggFunc)
+                or _is_call(n, SEARCH_FUNCTION)
+                or isinstance(n, exp.Window)
+            ),
+            None,
+        )
+        if bad is not None:
+            raise SQLError(f"unsupported in WHERE: {show(cond)} ({bad.sql()} is not allowed here)")
+        copy = cond.copy()
+        columns = []
+        for col in list(copy.find_all(exp.Column)):
+            q = self.qualify(col, "WHERE", cond)
+            columns.append(q)
+            alias, name = q.split(".", 1)
+            col.set("table", exp.to_identifier(alias))
+        return Predicate(copy.sql(dialect="duckdb"), tuple(dict.fromkeys(columns)))
+
+    # ---- SELECT -------------------------------------------------------------------------------
+
+    def select(self, select: exp.Select) -> tuple[list[str], Aggregate | None, list[str]]:
+        projection: list[str] = []
+        aggregate: Aggregate | None = None
+        agg_call: tuple[exp.Anonymous, str, exp.Expression, str | None] | None = None
+        for item in select.expressions:
+            alias = item.alias if isinstance(item, exp.Alias) else None
+            node = item.this if isinstance(item, exp.Alias) else item
+            if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
+                if alias is not None:
+                    raise SQLError(
+                        f"unsupported in SELECT: {show(item)} (aliases on plain columns are "
+                        f"not supported; write {node.sql()})"
+                    )
+                projection.append(self.qualify(node, "SELECT", item))
+            elif _is_llm(node):
+                call = self.llm_call(node, "SELECT", item, alias, OutputSpec.text(), None)
+                projection.append(call.name)
+            elif type(node) in AGGREGATES and _is_llm(node.this):
+                if agg_call is not None:
+                    raise SQLError(
+                        f"unsupported in SELECT: {show(item)} (only one aggregate per query)"
+                    )
+                agg_call = (node.this, AGGREGATES[type(node)], item, alias)
+                projection.append("")  # placeholder, filled with the aggregate alias below
+            else:
+                why = (
+                    "an LLM call may appear bare, aliased, or as the only argument of "
+                    "AVG/SUM/COUNT/MIN/MAX"
+                    if _has_llm(node)
+                    else "only columns, LLM(...) and AVG/SUM/COUNT/MIN/MAX(LLM(...)) are supported"
+                )
+                raise SQLError(f"unsupported in SELECT: {show(item)} ({why})")
+        group = select.args.get("group")
+        group_by: list[str] = []
+        if group is not None:
+            for g in group.expressions:
+                if not isinstance(g, exp.Column):
+                    raise SQLError(f"unsupported in GROUP BY: {show(g)} (only columns)")
+                group_by.append(self.qualify(g, "GROUP BY", g))
+            if agg_call is None:
+                raise SQLError(
+                    f"unsupported GROUP BY {show(group)} without AVG/SUM/COUNT/MIN/MAX(LLM(...))"
+                )
+        if agg_call is not None:
+            node, function, item, alias = agg_call
+            if function == "COUNT":
+                spec, tokens = OutputSpec.text(), MAX_TOKENS_TEXT
+            else:
+                spec, tokens = None, MAX_TOKENS_NUMBER
+            call = self.llm_call(node, "SELECT", item, None, spec, tokens)
+            aggregate = Aggregate(
+                tuple(group_by), function, call.name, alias or f"{function.lower()}_{call.name}"
+            )
+            projection = [aggregate.alias if p == "" else p for p in projection]
+        return projection, aggregate, group_by
+
+
+def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
+    """Top-level AND conjuncts, looking through parentheses."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.And):
+        return _conjuncts(node.this) + _conjuncts(node.expression)
+    return [node]
+
+
+def _llm_comparison(cond: exp.Expression) -> tuple[exp.Anonymous | None, str, str]:
+    """(LLM call, literal, op) for `LLM(...) = 'x'` (either side, `=`, `!=` or `<>`)."""
+    while isinstance(cond, exp.Paren):
+        cond = cond.this
+    if not isinstance(cond, exp.EQ | exp.NEQ):
+        return None, "", ""
+    op = "=" if isinstance(cond, exp.EQ) else "!="
+    for a, b in ((cond.this, cond.expression), (cond.expression, cond.this)):
+        if _is_llm(a) and isinstance(b, exp.Literal) and b.is_string:
+            if any(_is_llm(n) for n in a.expressions for n in n.walk()):
+                return None, "", ""
+            return a, b.this, op
+    return None, "", ""
+
+
+def _statement(sql: str) -> exp.Select:
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
+    except sqlglot.errors.ParseError as exc:
+        raise SQLError(f"cannot parse SQL: {exc}") from exc
+    if len(statements) != 1:
+        shown = "; ".join(show(s)[:60] for s in statements)
+        raise SQLError(f"expected exactly one SELECT statement, got {len(statements)}: {shown}")
+    stmt = statements[0]
+    if not isinstance(stmt, exp.Select):
+        raise SQLError(
+            f"unsupported statement {type(stmt).__name__.upper()}: {show(stmt)[:80]} (only SELECT)"
+        )
+    for key, value in stmt.args.items():
+        if value and key not in SUPPORTED_CLAUSES:
+            text = show(value) if isinstance(value, exp.Expression) else str(value)
+            raise SQLError(
+                f"unsupported clause {key.rstrip('_').upper()}: {text} "
+                f"(supported: SELECT, FROM, JOIN ... ON, WHERE, GROUP BY)"
+            )
+    for node in stmt.walk():
+        if node is not stmt and isinstance(node, exp.Subquery | exp.Select | exp.SetOperation):
+            raise SQLError(f"unsupported subquery: {show(node)}")
+    if stmt.args.get("from_") is None:
+        raise SQLError(f"SELECT without FROM: {show(stmt)}")
+    return stmt
+
+
+def compile_sql(sql: str, name: str = "query") -> LLMQuery:
+    """Compile one LLM-SQL SELECT into an `LLMQuery` named `name` (see the module docstring
+    for the language); raises `SQLError` naming the clause it cannot compile."""
+    stmt = _statement(sql)
+    c = _Compiler(name)
+    c.sources.append(c.source(stmt.args["from_"].this, "FROM"))
+    joins = c.joins(stmt)
+    predicates, filters = c.where(stmt)
+    projection, aggregate, _ = c.select(stmt)
+    try:
+        return LLMQuery(
+            name=name,
+            sources=tuple(c.sources),
+            joins=tuple(joins),
+            predicates=tuple(predicates),
+            retrievals=tuple(c.retrievals.values()),
+            llm_calls=tuple(c.calls),
+            llm_filters=tuple(filters),
+            projection=tuple(projection),
+            aggregate=aggregate,
+        )
+    except ValueError as exc:
+        raise SQLError(f"{exc} in: {show(stmt)}") from exc
