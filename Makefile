@@ -4,7 +4,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint format clean
+HOME_DIR := $(CURDIR)/.llm_assets
+export DAGSTER_HOME ?= $(HOME_DIR)/dagster_home
+
+.PHONY: install demo dev mlflow-ui test lint format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,7 +18,20 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m benchmarks.reorder --demo
+	@mkdir -p $(DAGSTER_HOME)
+	@echo "Running benchmark_job (Q1-Q5, paper-sized synthetic data, simulated engine)..."
+	@$(VENV)/bin/dagster job execute -m jobs.definitions -j benchmark_job \
+		> $(HOME_DIR)/demo.log 2>&1 || (tail -40 $(HOME_DIR)/demo.log; exit 1)
+	@grep -o "RUN_SUCCESS.*" $(HOME_DIR)/demo.log | tail -1
+	@$(VENV)/bin/llm-assets summary
+
+dev: $(STAMP)
+	@mkdir -p $(DAGSTER_HOME)
+	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+mlflow-ui: $(STAMP)
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(HOME_DIR)/mlflow.db \
+		--host 127.0.0.1 --port 5000
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

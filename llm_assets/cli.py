@@ -181,5 +181,48 @@ def simulate(
     click.echo(json.dumps(report))
 
 
+@main.command()
+@click.option("--tracking-uri", help="MLflow store (default: sqlite under $LLM_ASSETS_HOME).")
+def summary(tracking_uri: str | None) -> None:
+    """Per LLM stage of the latest Dagster run: rows, requests, hit rate, engine time, cost."""
+    from mlflow.tracking import MlflowClient
+
+    from resources.tracking import default_tracking_uri
+
+    client = MlflowClient(tracking_uri or default_tracking_uri())
+    ids = [e.experiment_id for e in client.search_experiments()]
+    latest = client.search_runs(ids, order_by=["attributes.start_time DESC"], max_results=1)
+    if not ids or not latest:
+        fail("no MLflow run yet: run `make demo` or a query job first")
+    run_id = latest[0].data.tags.get("dagster_run_id", "")
+    runs = client.search_runs(ids, filter_string=f"tags.dagster_run_id = '{run_id}'")
+    header = ["stage", "rows in", "requests", "token hit rate", "engine s", "self-hosted $"]
+    lines = [header]
+    for run in sorted(runs, key=lambda r: r.data.tags.get("asset_key", "")):
+        m = run.data.metrics
+        lines.append(
+            [
+                run.data.tags.get("asset_key", "?"),
+                f"{m.get('rows_in', 0):,.0f}",
+                f"{m.get('n_requests', 0):,.0f}",
+                f"{m.get('token_hit_rate', 0):.1%}",
+                f"{m.get('engine_time_s', 0):,.1f}",
+                f"{m.get('cost_usd_self_hosted', 0):.4f}",
+            ]
+        )
+    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
+    click.echo(
+        f"Dagster run {run_id} ({runs[0].data.params.get('engine', '?')} engine, "
+        f"{runs[0].data.params.get('model', '?')} on {runs[0].data.params.get('hardware', '?')})"
+    )
+    for row in lines:
+        click.echo(
+            "  ".join(
+                cell.rjust(w) if i else cell.ljust(w)
+                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,54 @@
+"""Resources per environment, chosen in one place (`LLM_ASSETS_ENGINE=sim|vllm|openai`).
+
+Secrets and endpoints come through `dg.EnvVar` (read when a run starts, never at import):
+- vllm: LLM_ASSETS_VLLM_MODEL (weights path or model id);
+- openai: LLM_ASSETS_OPENAI_BASE_URL, LLM_ASSETS_OPENAI_MODEL, LLM_ASSETS_OPENAI_API_KEY.
+"""
+
+import os
+
+import dagster as dg
+
+from llm_assets.assets.options import QueryOptions
+from resources.expectations import GXValidator
+from resources.llm_resources import (
+    LLMEngineResource,
+    OpenAIEngineResource,
+    SimulatedEngineResource,
+    VLLMEngineResource,
+)
+from resources.tracking import MLflowTracker, llm_assets_home
+from resources.warehouse import warehouse_io_manager
+
+ENVIRONMENTS = ("sim", "vllm", "openai")
+
+
+def get_environment() -> str:
+    env = os.environ.get("LLM_ASSETS_ENGINE", "sim")
+    if env not in ENVIRONMENTS:
+        raise ValueError(f"LLM_ASSETS_ENGINE={env!r} is not one of {list(ENVIRONMENTS)}")
+    return env
+
+
+def engine_for(env: str) -> LLMEngineResource:
+    if env == "vllm":
+        return VLLMEngineResource(model=dg.EnvVar("LLM_ASSETS_VLLM_MODEL"))
+    if env == "openai":
+        return OpenAIEngineResource(
+            base_url=dg.EnvVar("LLM_ASSETS_OPENAI_BASE_URL"),
+            model=dg.EnvVar("LLM_ASSETS_OPENAI_MODEL"),
+            api_key=dg.EnvVar("LLM_ASSETS_OPENAI_API_KEY"),
+        )
+    return SimulatedEngineResource()
+
+
+def resources_for(env: str) -> dict:
+    home = llm_assets_home()
+    return {
+        "llm_engine": engine_for(env),
+        "options": QueryOptions(),
+        "gx": GXValidator(),
+        "tracker": MLflowTracker(),
+        "io_manager": warehouse_io_manager(),
+        "pickle_io_manager": dg.FilesystemIOManager(base_dir=str(home / "storage")),
+    }

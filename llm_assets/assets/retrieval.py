@@ -1,0 +1,71 @@
+"""Retrievers for `similarity_search(column, k => k)`: the k nearest corpus texts per query.
+
+`TfidfRetriever` (default) needs no model download: scikit-learn TF-IDF vectors, cosine
+similarity (the vectors are L2-normalised, so a dot product), ties broken by corpus order.
+`EmbeddingRetriever` uses a sentence-transformers model when that optional package and the
+model are available locally; it is never imported unless asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+RETRIEVERS = ("tfidf", "embedding")
+
+
+class TfidfRetriever:
+    """Invariant: `search` returns, per query, k distinct corpus indices by descending score."""
+
+    def __init__(self, corpus: Sequence[str]):
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        if len(corpus) == 0:
+            raise ValueError("the retrieval corpus is empty: no value to search")
+        self.corpus = list(corpus)
+        self.vectorizer = TfidfVectorizer(sublinear_tf=True, stop_words="english")
+        self.matrix = self.vectorizer.fit_transform(self.corpus)
+
+    def scores(self, queries: Sequence[str]) -> np.ndarray:
+        return (self.vectorizer.transform(list(queries)) @ self.matrix.T).toarray()
+
+    def search(self, queries: Sequence[str], k: int, batch: int = 2048) -> np.ndarray:
+        """(len(queries), min(k, corpus size)) corpus indices."""
+        k = min(k, len(self.corpus))
+        out = np.empty((len(queries), k), dtype=np.int64)
+        for start in range(0, len(queries), batch):
+            scores = self.scores(queries[start : start + batch])
+            # stable sort on -score keeps corpus order among ties
+            out[start : start + batch] = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        return out
+
+
+class EmbeddingRetriever(TfidfRetriever):
+    """Sentence-embedding retriever (optional: `pip install sentence-transformers` and a
+    locally available model)."""
+
+    def __init__(self, corpus: Sequence[str], model: str = "all-MiniLM-L6-v2"):
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise ImportError(
+                "the embedding retriever needs sentence-transformers: pip install "
+                "sentence-transformers (and a local model); or use retriever='tfidf'"
+            ) from exc
+        if len(corpus) == 0:
+            raise ValueError("the retrieval corpus is empty: no value to search")
+        self.corpus = list(corpus)
+        self.model = SentenceTransformer(model)
+        self.matrix = self.model.encode(self.corpus, normalize_embeddings=True)
+
+    def scores(self, queries: Sequence[str]) -> np.ndarray:
+        return self.model.encode(list(queries), normalize_embeddings=True) @ self.matrix.T
+
+
+def build_retriever(kind: str, corpus: Sequence[str]) -> TfidfRetriever:
+    if kind == "tfidf":
+        return TfidfRetriever(corpus)
+    if kind == "embedding":
+        return EmbeddingRetriever(corpus)
+    raise ValueError(f"unknown retriever {kind!r}; expected one of {list(RETRIEVERS)}")

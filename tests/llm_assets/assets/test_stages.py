@@ -1,0 +1,110 @@
+"""The pure stage functions behind the assets, on small hand-made tables."""
+
+import pandas as pd
+import pytest
+
+from llm_assets.assets import stages
+from llm_assets.queries import compile_query
+from resources.engine import Response
+
+Q2 = compile_query("q2", "movies")
+CALL = Q2.llm_calls[0]
+
+
+def tables():
+    reviews = pd.DataFrame(
+        {
+            "rotten_tomatoes_link": ["m/b", "m/a", "m/b", "m/a", "m/c", "m/c"],
+            "review_content": ["great", "dull", "great", "meh", "fine", None],
+            "review_type": ["Fresh", "Fresh", "Fresh", "Rotten", "Fresh", "Fresh"],
+            "review_id": [0, 1, 2, 3, 4, 5],
+        }
+    )
+    movies = pd.DataFrame(
+        {
+            "rotten_tomatoes_link": ["m/a", "m/b", "m/c"],
+            "movie_title": ["A", "B", "C"],
+            "movie_info": ["info a", "info b", "info c"],
+        }
+    )
+    return {"reviews": reviews, "movies": movies}
+
+
+def test_filtered_keeps_source_order_and_counts_the_join():
+    pushed = stages.run_filtered(Q2, tables(), pushdown=True)
+    assert pushed.rows_joined == 6
+    contents = pushed.frame["review_content"].fillna("<null>").tolist()
+    assert contents == ["great", "dull", "great", "fine", "<null>"]  # reviews' stored order
+    assert pushed.frame[stages.ROW].tolist() == [0, 1, 2, 3, 4]
+    unpushed = stages.run_filtered(Q2, tables(), pushdown=False)
+    assert len(unpushed.frame) == 6
+
+
+def fake_answers(plan, answer_of):
+    return [
+        Response(rid, answer_of(prompt), 10, 0, 1, 0.0, 0.0)
+        for rid, prompt in zip(plan["request_id"], plan["prompt"], strict=True)
+    ]
+
+
+def run_all(pushdown, dedup=True, null_policy="skip", answer_of=None):
+    answer_of = answer_of or (lambda p: "No" if "dull" in p else "Yes")
+    base = stages.run_filtered(Q2, tables(), pushdown).frame
+    fields = stages.llm_field_columns(Q2, CALL, base)
+    deduped = stages.run_dedup(base, fields, dedup, null_policy)
+    plan = stages.run_plan(deduped, CALL, fields, "ggr", relquery="t")
+    outputs = stages.outputs_frame(plan, fake_answers(plan, answer_of), CALL)
+    result = stages.run_result(base, Q2, [(CALL, deduped, outputs)], pushdown)
+    return base, deduped, plan, outputs, result
+
+
+def test_dedup_sends_each_distinct_input_once_and_maps_back():
+    _, deduped, plan, outputs, result = run_all(pushdown=True)
+    assert len(plan) == 3  # "great"/"info b" twice
+    assert deduped.loc[deduped.review_content == "great", stages.INPUT].nunique() == 1
+    assert result["llm_1"].fillna("-").tolist() == ["Yes", "No", "Yes", "Yes", "-"]
+    assert sorted(plan["position"]) == [0, 1, 2]
+
+
+def test_pushdown_changes_cost_not_answers():
+    on = stages.run_answer(run_all(pushdown=True)[4], Q2)
+    off_base, _, off_plan, _, off_result = run_all(pushdown=False)
+    off = stages.run_answer(off_result, Q2)
+    assert sorted(on["movie_title"]) == sorted(off["movie_title"]) == ["B", "B", "C"]
+    assert len(off_plan) > len(run_all(pushdown=True)[2])
+    dropped = off_result[~off_result.passed & (off_result.status == "answered")]
+    assert any("predicate" in r for r in dropped.reason)
+
+
+def test_null_fields_are_skipped_with_a_reason_and_accounted():
+    _, deduped, plan, _, result = run_all(pushdown=False)
+    skipped = result[result.status == "skipped"]
+    assert len(skipped) == 1
+    assert skipped.reason.iloc[0] == "null in LLM field 'review_content'"
+    counts = stages.accounting(result, rows_joined=6)
+    assert counts["answered"] + counts["skipped"] + counts["failed"] == counts["rows_in"] == 6
+
+
+def test_null_policy_fail_names_the_field():
+    base = stages.run_filtered(Q2, tables(), pushdown=False).frame
+    with pytest.raises(ValueError, match="LLM field 'review_content' is null in 1 row"):
+        stages.run_dedup(base, ["movie_info", "review_content"], True, "fail")
+
+
+def test_failed_requests_become_failed_rows():
+    base = stages.run_filtered(Q2, tables(), True).frame
+    fields = stages.llm_field_columns(Q2, CALL, base)
+    deduped = stages.run_dedup(base, fields, True)
+    plan = stages.run_plan(deduped, CALL, fields, "ggr", relquery="t")
+    responses = [Response(rid, "", 0, 0, 0, 0.0, 0.0, error="HTTP 503") for rid in plan.request_id]
+    outputs = stages.outputs_frame(plan, responses, CALL)
+    result = stages.run_result(base, Q2, [(CALL, deduped, outputs)], True)
+    assert result.status.tolist() == ["failed"] * 4 + ["skipped"]
+    assert set(result.reason[:4]) == {"HTTP 503"}
+    assert stages.run_answer(result, Q2).empty
+
+
+def test_spec_violations_are_recorded_not_coerced():
+    _, _, _, outputs, _ = run_all(pushdown=True, answer_of=lambda p: "Maybe")
+    assert outputs["answer"].tolist() == ["Maybe"] * len(outputs)
+    assert outputs["violation"].str.contains("not one of").all()
