@@ -4,10 +4,17 @@
 shares one `httpx.Client` (its pool holds as many connections). Invariants:
 
 - one `Response` per `Request`, in request order; a request that still fails after
-  `max_retries` retries comes back with `error` naming the last status or exception;
-- retried: connection errors, timeouts, 408/409/429 and 5xx, with exponential backoff and
-  jitter, or the server's `Retry-After` when it gives one (capped at `max_backoff_s`); other
-  4xx are final at once (the request itself is wrong);
+  `max_retries` retries, or when its `request_deadline_s` runs out, comes back with `error`
+  naming the number of attempts and the last status or exception (never the key);
+- retried: connection errors (refused, reset, dropped mid-response), timeouts, 408/409/429,
+  5xx and HTTP 200 replies whose body is not a well-formed completion (malformed JSON), with
+  exponential backoff and jitter (`initial_backoff_s * 2**attempt`, capped at `max_backoff_s`,
+  times a uniform factor in [0.5, 1)), or the server's `Retry-After` when it gives one (capped
+  at `max_backoff_s`); other 4xx are final at once (the request itself is wrong);
+- `request_deadline_s` bounds one request's total time across attempts and backoffs, counted
+  from its first attempt (time queued behind other requests of the run does not count): each
+  attempt's timeout is cut to the time left, and no retry starts whose backoff would end past
+  the deadline;
 - `cached_tokens` comes from `usage.prompt_tokens_details.cached_tokens`; a server that does not
   report it (vLLM without `--enable-prompt-tokens-details`, many hosted APIs) counts 0 and
   earns ONE warning per engine;
@@ -121,6 +128,7 @@ class OpenAIEngine(LLMEngine):
         send_relquery_header: bool = False,
         progress: ProgressCallback | None = None,
         seed: int | None = None,
+        request_deadline_s: float | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
@@ -130,6 +138,8 @@ class OpenAIEngine(LLMEngine):
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        if request_deadline_s is not None and request_deadline_s <= 0:
+            raise ValueError(f"request_deadline_s must be > 0 or None, got {request_deadline_s}")
         if initial_backoff_s < 0 or max_backoff_s < 0:
             raise ValueError(
                 f"backoff must be >= 0, got initial={initial_backoff_s} max={max_backoff_s}"
@@ -144,6 +154,7 @@ class OpenAIEngine(LLMEngine):
         self.max_concurrency = max_concurrency
         self.timeout_s = timeout_s
         self.max_retries = max_retries
+        self.request_deadline_s = request_deadline_s
         self.send_priority = send_priority
         self.use_chat = use_chat
         self.structured_output_style = structured_output_style
@@ -232,15 +243,20 @@ class OpenAIEngine(LLMEngine):
         with self._rng_lock:
             return base * (0.5 + 0.5 * self._rng.random())
 
-    def _attempt(self, request: Request, relquery_id: str, start: float) -> Response:
+    def _attempt(
+        self, request: Request, relquery_id: str, start: float, timeout_s: float
+    ) -> Response:
         """One POST; the `Response` on a well-formed 200, else `RequestFailed`."""
         try:
             reply = self._http().post(
-                self.endpoint, json=self.body(request), headers=self._headers(relquery_id)
+                self.endpoint,
+                json=self.body(request),
+                headers=self._headers(relquery_id),
+                timeout=httpx.Timeout(timeout_s),
             )
         except httpx.TimeoutException as exc:
             raise RequestFailed(
-                f"timed out after {self.timeout_s:g}s ({type(exc).__name__})", retryable=True
+                f"timed out after {timeout_s:.3g}s ({type(exc).__name__})", retryable=True
             ) from None
         except httpx.HTTPError as exc:
             message = self._redact(f"{type(exc).__name__}: {exc}")
@@ -250,7 +266,7 @@ class OpenAIEngine(LLMEngine):
                 data = reply.json()
             except ValueError:
                 raise RequestFailed(
-                    f"HTTP 200 with a body that is not JSON: {reply.text[:120]!r}",
+                    f"HTTP 200 with a body that is not JSON: {self._redact(reply.text)[:120]!r}",
                     retryable=True,
                 ) from None
             try:
@@ -272,14 +288,29 @@ class OpenAIEngine(LLMEngine):
 
     def _serve_one(self, request: Request, relquery_id: str, start: float) -> Response:
         last = "not attempted"
+        deadline = (
+            None if self.request_deadline_s is None else time.monotonic() + self.request_deadline_s
+        )
+        out_of_time = False
+        tries = 0
         for attempt in range(self.max_retries + 1):
+            timeout_s = self.timeout_s
+            if deadline is not None:
+                timeout_s = min(timeout_s, deadline - time.monotonic())
+                if timeout_s <= 0:
+                    out_of_time = True
+                    break
+            tries += 1
             try:
-                return self._attempt(request, relquery_id, start)
+                return self._attempt(request, relquery_id, start, timeout_s)
             except RequestFailed as exc:
                 last = str(exc)
                 if not exc.retryable or attempt == self.max_retries:
                     break
                 delay = self._backoff_s(attempt, exc.retry_after_s)
+                if deadline is not None and time.monotonic() + delay >= deadline:
+                    out_of_time = True
+                    break
                 log.info(
                     "request %s attempt %d/%d failed (%s); retrying in %.2fs",
                     request.id,
@@ -290,7 +321,9 @@ class OpenAIEngine(LLMEngine):
                 )
                 time.sleep(delay)
         elapsed = time.perf_counter() - start
-        tries = attempt + 1
+        within = (
+            f" within the request deadline of {self.request_deadline_s:g}s" if out_of_time else ""
+        )
         return Response(
             request.id,
             "",
@@ -299,7 +332,7 @@ class OpenAIEngine(LLMEngine):
             0,
             elapsed,
             elapsed,
-            error=f"failed after {tries} attempt{'s' if tries > 1 else ''}: {last}",
+            error=f"failed after {tries} attempt{'s' if tries != 1 else ''}{within}: {last}",
         )
 
     def _response(self, request: Request, data: dict[str, Any], elapsed: float) -> Response:

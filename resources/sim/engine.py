@@ -12,6 +12,12 @@ use):
   arrive at t=0, admitted in submission order); one `Response` per request, in order.
 - ``generate(requests, progress=None) -> list[Response]``: the same, responses only (for the
   HTTP server: one call per HTTP request or per batch of them).
+- ``run_workload(relqueries, progress=None) -> WorkloadResult``: serve several relQueries
+  (`resources.sim.relquery.RelQuery`, each with an `arrival_s` in simulated seconds) on one
+  engine; each request enters the waiting queue when the clock reaches its relQuery's arrival
+  (in arrival order, then submission order). Returns per-relQuery responses and timing (waiting,
+  core, tail, latency: relserve.txt Eq. 2), the makespan and the scheduling overhead (wall
+  seconds inside the policy). `Response.ttft_s`/`finish_s` are then seconds from t=0.
 - ``count_tokens(text) -> int``, ``reset_cache()``, ``cache_stats() -> dict``, and the
   read-only attributes ``name`` ("sim"), ``model``, ``hardware``, ``deployment``,
   ``coefficients``, ``num_kv_blocks``, ``policy_name``, ``last_run_info`` (iterations,
@@ -26,7 +32,9 @@ calls, like a running vLLM server; `reset_cache()` empties it.
 
 `run` is thread-safe: one lock serialises runs (the server may call it from several threads).
 Defaults follow vLLM: `max_num_batched_tokens` is max(max_model_len, 2048) for vllm-v0 (no
-chunked prefill) and 8192 for vllm-v1 (16384 on GPUs with >= 70 GiB), `max_num_seqs` 256.
+chunked prefill) and 8192 for vllm-v1 (16384 on GPUs with >= 70 GiB), `max_num_seqs` 256; a
+policy with its own fixed `token_budget` (sarathi) uses that. `preemption_order` ("recent", as
+vLLM, or "keep-long", InferMax §6) picks the running request evicted when KV blocks run out.
 Requests whose prompt plus one output token exceeds the context length, or which could never fit
 the KV cache or the token budget, come back with `error` set (never dropped).
 """
@@ -37,6 +45,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 
 from resources.engine import LLMEngine, Request, Response, RunResult, RunStats
 from resources.sim.answers import output_token_count, placeholder_answer
@@ -47,8 +56,14 @@ from resources.sim.cost_model import (
     Efficiency,
     coefficients_from_profile,
 )
-from resources.sim.policies import ScheduleContext, SimSeq, get_policy
+from resources.sim.policies import PREEMPTION_ORDERS, ScheduleContext, SimSeq, get_policy
 from resources.sim.profiles import Deployment, resolve_deployment
+from resources.sim.relquery import (
+    RelQuery,
+    RelQueryResult,
+    WorkloadResult,
+    relquery_timing,
+)
 from resources.sim.tokenizer import ApproxTokenizer, Tokenizer, load_tokenizer
 
 __all__ = ["SimulatedEngine"]
@@ -56,6 +71,7 @@ __all__ = ["SimulatedEngine"]
 Progress = Callable[[int, int], None]
 _V0_WATERMARK = 0.01
 _LARGE_GPU_BYTES = 70 * 1024**3
+_computed = attrgetter("num_computed")
 
 
 class SimulatedEngine(LLMEngine):
@@ -77,7 +93,14 @@ class SimulatedEngine(LLMEngine):
         efficiency: Efficiency = DEFAULT_EFFICIENCY,
         coefficients: CostCoefficients | None = None,
         num_gpu_blocks_override: int | None = None,
+        preemption_order: str = "recent",
     ) -> None:
+        if preemption_order not in PREEMPTION_ORDERS:
+            raise ValueError(
+                f"unknown preemption_order {preemption_order!r}; expected one of "
+                f"{list(PREEMPTION_ORDERS)}"
+            )
+        self.preemption_order = preemption_order
         self.deployment: Deployment = resolve_deployment(
             gpu, model, tensor_parallel_size, gpu_memory_utilization
         )
@@ -87,7 +110,9 @@ class SimulatedEngine(LLMEngine):
             raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
         chunked = getattr(self._policy, "enable_chunked_prefill", True)
         if max_num_batched_tokens is None:
-            if not chunked:
+            if getattr(self._policy, "token_budget", None):
+                max_num_batched_tokens = int(self._policy.token_budget)
+            elif not chunked:
                 max_num_batched_tokens = max(self.deployment.model.max_model_len, 2048)
             elif self.deployment.hardware.memory_bytes >= _LARGE_GPU_BYTES:
                 max_num_batched_tokens = 16384
@@ -153,8 +178,9 @@ class SimulatedEngine(LLMEngine):
     ) -> RunResult:
         """Simulate `requests` (all arriving at t=0, in submission order) to completion."""
         wall0 = time.perf_counter()
+        tagged = [(relquery_id, req, 0.0) for req in requests]
         with self._lock:
-            responses, makespan = self._simulate(relquery_id, list(requests), progress)
+            responses, _, makespan, _ = self._simulate(tagged, {relquery_id: len(tagged)}, progress)
         ok = [r for r in responses if r.error is None]
         stats = RunStats(
             engine=self.name,
@@ -189,20 +215,69 @@ class SimulatedEngine(LLMEngine):
             )
         return None
 
+    def run_workload(
+        self, relqueries: Sequence[RelQuery], progress: Progress | None = None
+    ) -> WorkloadResult:
+        """Serve several relQueries arriving over simulated time (see the module docstring)."""
+        wall0 = time.perf_counter()
+        ids = [rq.relquery_id for rq in relqueries]
+        if len(set(ids)) != len(ids):
+            dup = sorted({i for i in ids if ids.count(i) > 1})
+            raise ValueError(f"relquery ids must be unique, got duplicates {dup}")
+        for rq in relqueries:
+            if not rq.arrival_s >= 0.0:
+                raise ValueError(
+                    f"relQuery {rq.relquery_id!r}: arrival_s must be >= 0, got {rq.arrival_s}"
+                )
+        tagged = [(rq.relquery_id, req, rq.arrival_s) for rq in relqueries for req in rq.requests]
+        sizes = {rq.relquery_id: len(rq.requests) for rq in relqueries}
+        with self._lock:
+            responses, seqs, makespan, scheduler_s = self._simulate(tagged, sizes, progress)
+            overhead = getattr(self._policy, "overhead", None)
+            policy_overhead = dict(overhead()) if overhead is not None else {}
+        out: list[RelQueryResult] = []
+        pos = 0
+        for rq in relqueries:
+            n = len(rq.requests)
+            rq_seqs = seqs[pos : pos + n]
+            spans = [
+                (s.prefill_start_s, s.prefill_end_s, s.finish_s) for s in rq_seqs if s is not None
+            ]
+            timing = relquery_timing(
+                rq.relquery_id, rq.arrival_s, n, spans, num_errors=n - len(spans)
+            )
+            out.append(RelQueryResult(rq.relquery_id, responses[pos : pos + n], timing))
+            pos += n
+        return WorkloadResult(
+            relqueries=out,
+            makespan_s=makespan,
+            wall_time_s=time.perf_counter() - wall0,
+            scheduler_s=scheduler_s,
+            num_iterations=self.last_run_info.get("num_iterations", 0),
+            num_preemptions=self.last_run_info.get("num_preemptions", 0),
+            policy_overhead=policy_overhead,
+        )
+
     def _simulate(
-        self, relquery_id: str, requests: list[Request], progress: Progress | None
-    ) -> tuple[list[Response], float]:
+        self,
+        tagged: list[tuple[str, Request, float]],
+        relquery_sizes: dict[str, int],
+        progress: Progress | None,
+    ) -> tuple[list[Response], list[SimSeq | None], float, float]:
+        """Simulate (relquery_id, request, arrival_s) triples; returns the responses, the
+        sequences (None for rejected requests), the makespan and the scheduling wall time."""
         tokenizer = self.tokenizer
         caching = self.enable_prefix_caching
+        max_len = self.deployment.model.max_model_len
         answers: list[str] = []
         seqs: list[SimSeq | None] = []
         errors: list[str | None] = []
         prompt_lens: list[int] = []
-        for i, req in enumerate(requests):
+        for i, (relquery_id, req, arrival) in enumerate(tagged):
             ids = tokenizer.encode(req.prompt)
             answer = placeholder_answer(req.prompt, req.output, req.max_tokens)
             n_out = output_token_count(answer, req.output, req.max_tokens, tokenizer)
-            n_out = min(n_out, self.deployment.model.max_model_len - len(ids))
+            n_out = min(n_out, max_len - len(ids))
             answers.append(answer)
             prompt_lens.append(len(ids))
             reason = self._reject_reason(len(ids))
@@ -211,10 +286,24 @@ class SimulatedEngine(LLMEngine):
                 seqs.append(None)
                 continue
             hashes = block_hashes(ids) if caching else []
-            seqs.append(SimSeq(i, req.id, len(ids), hashes, n_out, req.priority, relquery_id))
+            seqs.append(
+                SimSeq(
+                    i,
+                    req.id,
+                    len(ids),
+                    hashes,
+                    n_out,
+                    req.priority,
+                    relquery_id,
+                    max_tokens=max(n_out, min(req.max_tokens, max_len - len(ids))),
+                    arrival_s=arrival,
+                )
+            )
 
         live = [s for s in seqs if s is not None]
-        waiting: deque[SimSeq] = deque(live)
+        live.sort(key=attrgetter("arrival_s"))  # stable: submission order within an arrival
+        factory = getattr(self._policy, "new_waiting_queue", None)
+        waiting = factory() if factory is not None else deque()
         running: list[SimSeq] = []
         ctx = ScheduleContext(
             pool=self._pool,
@@ -222,9 +311,14 @@ class SimulatedEngine(LLMEngine):
             max_num_batched_tokens=self.max_num_batched_tokens,
             watermark_blocks=self._watermark,
             enable_register_on_allocate=getattr(self._policy, "register_at_schedule", True),
+            coefficients=self.coefficients,
+            relquery_sizes=relquery_sizes,
+            preemption_order=self.preemption_order,
         )
         try:
-            now, iterations = self._loop(waiting, running, ctx, len(live), progress)
+            now, iterations, scheduler_s = self._loop(
+                deque(live), waiting, running, ctx, len(live), progress
+            )
             self.last_run_info = {
                 "num_iterations": iterations,
                 "num_preemptions": ctx.num_preemptions,
@@ -236,8 +330,8 @@ class SimulatedEngine(LLMEngine):
                 seq.blocks = []
 
         responses: list[Response] = []
-        for req, seq, answer, reason, n_prompt in zip(
-            requests, seqs, answers, errors, prompt_lens, strict=True
+        for (_, req, _), seq, answer, reason, n_prompt in zip(
+            tagged, seqs, answers, errors, prompt_lens, strict=True
         ):
             if seq is None:
                 responses.append(Response(req.id, "", n_prompt, 0, 0, 0.0, 0.0, error=reason))
@@ -253,29 +347,46 @@ class SimulatedEngine(LLMEngine):
                     finish_s=seq.finish_s,
                 )
             )
-        return responses, now
+        return responses, seqs, now, scheduler_s
 
     def _loop(
         self,
-        waiting: deque[SimSeq],
+        pending: deque[SimSeq],
+        waiting,
         running: list[SimSeq],
         ctx: ScheduleContext,
         total: int,
         progress: Progress | None,
-    ) -> tuple[float, int]:
-        """The iteration loop; returns the simulated makespan in seconds and the iterations."""
+    ) -> tuple[float, int, float]:
+        """The iteration loop over `pending` (sorted by arrival); returns the simulated
+        makespan in seconds, the iterations and the wall seconds spent in the policy."""
         coef = self.coefficients
         a, b, d, e, f = coef.a, coef.b, coef.d, coef.e, coef.f
         pool = self._pool
         policy = self._policy
+        schedule = policy.schedule
         register_late = self.enable_prefix_caching and not ctx.enable_register_on_allocate
+        keep_long = ctx.preemption_order == "keep-long"
+        perf = time.perf_counter
         now = 0.0
         iterations = 0
         done = 0
+        scheduler_s = 0.0
         report_every = max(1, total // 100)
         next_report = report_every
-        while waiting or running:
-            batch = policy.schedule(waiting, running, ctx)
+        while waiting or running or pending:
+            if pending and pending[0].arrival_s <= now:
+                while pending and pending[0].arrival_s <= now:
+                    waiting.append(pending.popleft())
+            if not waiting and not running:
+                now = pending[0].arrival_s  # idle until the next arrival
+                continue
+            ctx.now = now
+            if keep_long and len(running) > 1:
+                running.sort(key=_computed, reverse=True)
+            t0 = perf()
+            batch = schedule(waiting, running, ctx)
+            scheduler_s += perf() - t0
             iterations += 1
             if not batch:
                 raise RuntimeError(
@@ -285,17 +396,21 @@ class SimulatedEngine(LLMEngine):
             tokens = 0
             attn = 0
             kv = 0
-            n_prefill = 0
+            prefills: list[SimSeq] = []
             for seq, n in batch:
                 m = seq.num_computed
                 if seq.generated == 0 or m < seq.num_tokens - 1:
                     tokens += n
                     attn += n * n + 2 * m * n
-                    n_prefill += 1
+                    prefills.append(seq)
+                    if seq.prefill_start_s < 0:
+                        seq.prefill_start_s = now
                 else:
                     tokens += 1
                     kv += m
-            now += a * tokens + b * attn + d * kv + e * n_prefill + f
+            now += a * tokens + b * attn + d * kv + e * len(prefills) + f
+            for seq in prefills:
+                seq.prefill_end_s = now
             finished = False
             for seq, n in batch:
                 seq.num_computed += n
@@ -318,4 +433,4 @@ class SimulatedEngine(LLMEngine):
                 if progress is not None and (done >= next_report or done == total):
                     progress(done, total)
                     next_report = done + report_every
-        return now, iterations
+        return now, iterations, scheduler_s

@@ -2,6 +2,9 @@
 
     python -m resources.sim.server --host 127.0.0.1 --port 8000 [--gpu L4] [--model llama-2-7b]
         [--policy vllm-v1] [--no-prefix-cache] [--batch-window-ms 5] [--api-key KEY]
+        [--api-key-env VAR] [--fault-rate 0.1 --fault-status 503] [--fault-latency-ms 200]
+        [--fault-latency-jitter-ms 100] [--fault-hang-rate 0.05] [--fault-drop-rate 0.05]
+        [--fault-malformed-rate 0.05] [--fault-seed 0]
 
 Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`, `GET /health`.
 It speaks what a vLLM server started with `--enable-prompt-tokens-details` speaks:
@@ -35,9 +38,20 @@ The simulated engine caches a prompt block only once an iteration has computed i
 of one batch do not hit each other's new blocks while a later batch hits them all: over HTTP the
 hit rate depends on how arrivals were cut into batches, as it does on a real vLLM server.
 
-Fault injection (a later issue) plugs in at two seams: `SimApp.handle` maps a parsed request to
-a `Reply` (inject statuses, latency, hangs there), and `_Handler.write_reply` puts a `Reply` on
-the wire (drop the connection, send malformed JSON there).
+Fault injection (`FaultConfig`, `ServerConfig.faults`, the `--fault-*` flags) applies to
+completion calls only (`/v1/completions`, `/v1/chat/completions`; never `/health`,
+`/v1/models` or `/sim/faults`), after the call has been authorized and validated and BEFORE it
+reaches the engine. Each call draws one seeded uniform number that picks at most one fault:
+an error status (`--fault-rate`, `--fault-status`), a hang (`--fault-hang-rate`: no answer
+until the client gives up and closes, or `--fault-max-hang-s`), a dropped connection
+(`--fault-drop-rate`: headers and half a body, then close) or a malformed body
+(`--fault-malformed-rate`: HTTP 200 with truncated JSON). `--fault-latency-ms` (plus up to
+`--fault-latency-jitter-ms`) delays every completion call before the draw. Invariant: a
+faulted call never reaches the engine, so it advances neither the prefix cache nor the token
+accounting; the client's retry is the engine's first sight of that request. `SimApp.handle`
+decides the fault (a `Reply` with `fault` set); `_Handler.write_reply` carries it out on the
+wire. `GET /sim/faults` returns how many calls were drawn and how many of each fault were
+injected.
 
 For tests: `with serve_in_thread(gpu="L4") as base_url: ...` starts a real server on a free
 loopback port in a background thread and yields `http://127.0.0.1:PORT/v1`.
@@ -50,6 +64,10 @@ import hmac
 import itertools
 import json
 import logging
+import os
+import random
+import select
+import socket
 import threading
 import time
 from collections import deque
@@ -63,8 +81,11 @@ from llm_assets.output_spec import OutputSpec
 from resources.engine import LLMEngine, Request, Response
 
 __all__ = [
+    "FAULT_KINDS",
     "ApiError",
     "EngineBatcher",
+    "FaultConfig",
+    "FaultInjector",
     "Reply",
     "ServerConfig",
     "SimApp",
@@ -84,10 +105,119 @@ STRUCTURED_KEYS: tuple[str, ...] = ("choice", "regex", "json", "json_object")
 UNSUPPORTED_STRUCTURED_KEYS: tuple[str, ...] = ("grammar", "structural_tag")
 LEGACY_GUIDED_KEYS: tuple[str, ...] = ("guided_choice", "guided_regex", "guided_json")
 CHAT_ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool")
+FAULT_KINDS: tuple[str, ...] = ("status", "hang", "drop", "malformed")
+"""The faults a completion call can draw (latency is not drawn: it applies to every call)."""
 
 
 # ---------------------------------------------------------------------------------------------
 # Configuration and wire records
+
+
+@dataclass(frozen=True)
+class FaultConfig:
+    """Faults injected into completion calls (see the module docstring). All off by default.
+
+    The four rates are probabilities of disjoint outcomes of one draw per call, so their sum
+    must be at most 1; a call that draws none of them is served normally.
+    """
+
+    rate: float = 0.0
+    """Share of completion calls answered with `status` instead of a completion."""
+    status: int = 503
+    """The error status of `rate` (an HTTP error status, 400-599; e.g. 429, 500, 503)."""
+    latency_ms: float = 0.0
+    """Fixed delay added before every completion call is served (or faulted)."""
+    latency_jitter_ms: float = 0.0
+    """Extra delay drawn uniformly from [0, latency_jitter_ms] per call, on top of latency_ms."""
+    hang_rate: float = 0.0
+    """Share of calls never answered: the connection stays open, silent, until the client
+    closes it (its timeout) or `max_hang_s` passes, then it is closed without a reply."""
+    max_hang_s: float = 300.0
+    """Longest a hung call holds its connection and thread."""
+    drop_rate: float = 0.0
+    """Share of calls whose reply is cut: status, headers and half the body, then close."""
+    malformed_rate: float = 0.0
+    """Share of calls answered HTTP 200 with a body that is not valid JSON."""
+    seed: int | None = 0
+    """Seed of the fault draws (None: a fresh random seed). Under concurrent clients the draws
+    are taken in arrival order, so which call gets which fault depends on the arrival order."""
+
+    def __post_init__(self) -> None:
+        for name in ("rate", "hang_rate", "drop_rate", "malformed_rate"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"fault {name} must be in [0, 1], got {value}")
+        total = self.rate + self.hang_rate + self.drop_rate + self.malformed_rate
+        if total > 1.0 + 1e-9:
+            raise ValueError(
+                f"fault rates must sum to at most 1, got {total:g} (rate={self.rate}, "
+                f"hang_rate={self.hang_rate}, drop_rate={self.drop_rate}, "
+                f"malformed_rate={self.malformed_rate})"
+            )
+        if not 400 <= self.status <= 599:
+            raise ValueError(
+                f"fault status must be an HTTP error status 400-599, got {self.status}"
+            )
+        if self.latency_ms < 0 or self.latency_jitter_ms < 0:
+            raise ValueError(
+                f"fault latency must be >= 0, got latency_ms={self.latency_ms} "
+                f"latency_jitter_ms={self.latency_jitter_ms}"
+            )
+        if self.max_hang_s <= 0:
+            raise ValueError(f"fault max_hang_s must be > 0, got {self.max_hang_s}")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any fault or latency is configured."""
+        return bool(
+            self.rate
+            or self.hang_rate
+            or self.drop_rate
+            or self.malformed_rate
+            or self.latency_ms
+            or self.latency_jitter_ms
+        )
+
+
+class FaultInjector:
+    """Draws the fault of each completion call from `FaultConfig` (thread-safe, seeded).
+
+    `counts` holds `calls` (draws taken) and one counter per `FAULT_KINDS` entry.
+    """
+
+    def __init__(self, config: FaultConfig) -> None:
+        self.config = config
+        self._rng = random.Random(config.seed)
+        self._lock = threading.Lock()
+        self.counts: dict[str, int] = {"calls": 0, **{kind: 0 for kind in FAULT_KINDS}}
+
+    def draw(self) -> tuple[str | None, float]:
+        """(the fault of the next call or None, its added latency in seconds)."""
+        c = self.config
+        if not c.enabled:
+            with self._lock:
+                self.counts["calls"] += 1
+            return None, 0.0
+        with self._lock:
+            u = self._rng.random()
+            jitter = self._rng.random() * c.latency_jitter_ms if c.latency_jitter_ms else 0.0
+            fault: str | None = None
+            edge = 0.0
+            for kind, share in zip(
+                FAULT_KINDS, (c.rate, c.hang_rate, c.drop_rate, c.malformed_rate), strict=True
+            ):
+                edge += share
+                if u < edge:
+                    fault = kind
+                    break
+            self.counts["calls"] += 1
+            if fault is not None:
+                self.counts[fault] += 1
+        return fault, (c.latency_ms + jitter) / 1000.0
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.counts)
 
 
 @dataclass(frozen=True)
@@ -108,6 +238,8 @@ class ServerConfig:
     """When set, `/v1/*` requires `Authorization: Bearer <api_key>` (never logged)."""
     max_body_bytes: int = 64 * 1024 * 1024
     """Largest request body accepted (413 above)."""
+    faults: FaultConfig = field(default_factory=FaultConfig)
+    """Injected faults and latency for completion calls (none by default)."""
 
     def __post_init__(self) -> None:
         if self.batch_window_s < 0:
@@ -135,7 +267,11 @@ class ApiError(Exception):
             404: "NotFoundError",
             405: "MethodNotAllowedError",
             413: "RequestTooLargeError",
-        }.get(self.status, "InternalServerError")
+            429: "RateLimitError",
+            502: "BadGatewayError",
+            503: "ServiceUnavailableError",
+            504: "GatewayTimeoutError",
+        }.get(self.status, "InternalServerError" if self.status >= 500 else "BadRequestError")
 
     def reply(self) -> Reply:
         body = {
@@ -156,6 +292,9 @@ class Reply:
     status: int
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
+    fault: str | None = None
+    """A wire fault `_Handler.write_reply` carries out instead of a plain reply: "hang",
+    "drop" or "malformed" (status faults are plain replies)."""
 
     def encoded(self) -> bytes:
         return b"" if self.body is None else json.dumps(self.body).encode("utf-8")
@@ -506,6 +645,8 @@ class SimApp:
         self._ids = itertools.count(1)
         self._ids_lock = threading.Lock()
         self.created = int(time.time())
+        self.faults = FaultInjector(self.config.faults)
+        """The fault draws of this server (`faults.counts`; also `GET /sim/faults`)."""
 
     def _next_id(self) -> int:
         with self._ids_lock:
@@ -527,6 +668,7 @@ class SimApp:
         routes = {
             "/health": ("GET", self._health),
             "/v1/models": ("GET", self._models),
+            "/sim/faults": ("GET", self._fault_counts),
             "/v1/completions": ("POST", self._completions),
             "/v1/chat/completions": ("POST", self._chat),
         }
@@ -550,6 +692,27 @@ class SimApp:
 
     def _health(self, headers: dict[str, str], body: bytes) -> Reply:
         return Reply(200, None)
+
+    def _fault_counts(self, headers: dict[str, str], body: bytes) -> Reply:
+        return Reply(200, self.faults.snapshot())
+
+    def _injected(self, call_id: int, chat: bool) -> Reply | None:
+        """The fault this call draws, as a `Reply` (None: serve it). Sleeps the latency."""
+        fault, delay_s = self.faults.draw()
+        if delay_s > 0:
+            time.sleep(delay_s)
+        if fault is None:
+            return None
+        if fault == "status":
+            status = self.config.faults.status
+            return ApiError(status, f"injected fault: HTTP {status}").reply()
+        stand_in = {  # a completion-shaped body that never touched the engine
+            "id": f"{'chatcmpl' if chat else 'cmpl'}-{call_id}",
+            "object": "chat.completion" if chat else "text_completion",
+            "model": self.config.served_model_name,
+            "choices": [{"index": 0, "text": "injected fault", "finish_reason": "stop"}],
+        }
+        return Reply(200, stand_in, fault=fault)
 
     def _models(self, headers: dict[str, str], body: bytes) -> Reply:
         model = {
@@ -589,6 +752,9 @@ class SimApp:
         self._check_model(body)
         relquery_id = headers.get(RELQUERY_HEADER.lower()) or DEFAULT_RELQUERY_ID
         call_id = self._next_id()
+        injected = self._injected(call_id, chat)
+        if injected is not None:
+            return injected
         requests = [
             Request(
                 id=f"{call_id}-{i}",
@@ -663,6 +829,8 @@ class _HTTPServer(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], app: SimApp) -> None:
         self.app = app
+        self.stopping = threading.Event()
+        """Set on close: hung handlers let their connections go."""
         super().__init__(address, _Handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -706,7 +874,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.write_reply(self.server.app.handle(method, self.path, headers, body))
 
     def write_reply(self, reply: Reply) -> None:
+        if reply.fault == "hang":
+            self._hang()
+            return
         payload = reply.encoded()
+        if reply.fault == "malformed":
+            payload = payload[: max(1, len(payload) // 2)]  # valid framing, truncated JSON
         self.send_response(reply.status)
         if reply.body is not None:
             self.send_header("Content-Type", "application/json")
@@ -714,7 +887,31 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in reply.headers.items():
             self.send_header(name, value)
         self.end_headers()
+        if reply.fault == "drop":
+            self.wfile.write(payload[: len(payload) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return
         self.wfile.write(payload)
+
+    def _hang(self) -> None:
+        """Answer nothing until the client hangs up, `max_hang_s` passes or the server stops;
+        then close the connection without a reply."""
+        self.close_connection = True
+        deadline = time.monotonic() + self.server.app.config.faults.max_hang_s
+        while time.monotonic() < deadline and not self.server.stopping.is_set():
+            try:
+                readable, _, _ = select.select([self.connection], [], [], 0.1)
+                if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                    return  # the client closed its end
+            except OSError:
+                return
+            if readable:
+                time.sleep(0.1)  # the client sent more bytes: keep ignoring them
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         """Request lines go to `logging` at DEBUG; headers (and so keys) are never logged."""
@@ -800,6 +997,7 @@ class SimServer:
         if self._closed:
             return
         self._closed = True
+        self._httpd.stopping.set()
         if self._thread is not None:
             self._httpd.shutdown()
             self._thread.join(timeout=10)
@@ -886,12 +1084,103 @@ def _parser() -> argparse.ArgumentParser:
         help="do not report usage.prompt_tokens_details.cached_tokens",
     )
     p.add_argument("--api-key", default=None, help="require this Bearer key on /v1/*")
+    p.add_argument(
+        "--api-key-env",
+        default=None,
+        metavar="VAR",
+        help="require the Bearer key held by environment variable VAR (keeps the key out of "
+        "the process list); an error if VAR is unset or empty",
+    )
+    f = p.add_argument_group("fault injection (completion calls only; all off by default)")
+    f.add_argument(
+        "--fault-rate",
+        type=float,
+        default=0.0,
+        help="share of completion calls answered with --fault-status instead (e.g. 0.1)",
+    )
+    f.add_argument(
+        "--fault-status",
+        type=int,
+        default=503,
+        help="HTTP status of --fault-rate, 400-599 (default 503; e.g. 429, 500)",
+    )
+    f.add_argument(
+        "--fault-latency-ms",
+        type=float,
+        default=0.0,
+        help="fixed delay before every completion call is served (default 0)",
+    )
+    f.add_argument(
+        "--fault-latency-jitter-ms",
+        type=float,
+        default=0.0,
+        help="extra delay per call, uniform in [0, this] (default 0)",
+    )
+    f.add_argument(
+        "--fault-hang-rate",
+        type=float,
+        default=0.0,
+        help="share of calls never answered until the client gives up (default 0)",
+    )
+    f.add_argument(
+        "--fault-max-hang-s",
+        type=float,
+        default=300.0,
+        help="longest a hung call holds its connection before closing it (default 300)",
+    )
+    f.add_argument(
+        "--fault-drop-rate",
+        type=float,
+        default=0.0,
+        help="share of calls cut mid-response: headers and half the body, then close",
+    )
+    f.add_argument(
+        "--fault-malformed-rate",
+        type=float,
+        default=0.0,
+        help="share of calls answered HTTP 200 with a body that is not valid JSON",
+    )
+    f.add_argument(
+        "--fault-seed",
+        type=int,
+        default=0,
+        help="seed of the fault draws (default 0; draws follow arrival order)",
+    )
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     return p
 
 
+def _api_key(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str | None:
+    if args.api_key is not None and args.api_key_env is not None:
+        parser.error("give --api-key or --api-key-env, not both")
+    if args.api_key_env is None:
+        return args.api_key
+    key = os.environ.get(args.api_key_env)
+    if not key:
+        parser.error(
+            f"--api-key-env {args.api_key_env}: that environment variable is unset or empty"
+        )
+    return key
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    api_key = _api_key(args, parser)
+    try:
+        faults = FaultConfig(
+            rate=args.fault_rate,
+            status=args.fault_status,
+            latency_ms=args.fault_latency_ms,
+            latency_jitter_ms=args.fault_latency_jitter_ms,
+            hang_rate=args.fault_hang_rate,
+            max_hang_s=args.fault_max_hang_s,
+            drop_rate=args.fault_drop_rate,
+            malformed_rate=args.fault_malformed_rate,
+            seed=args.fault_seed,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     engine = build_engine(
         gpu=args.gpu,
@@ -908,16 +1197,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         batch_window_s=args.batch_window_ms / 1000.0,
         max_batch_requests=args.max_batch_requests,
         enable_prompt_tokens_details=not args.disable_prompt_tokens_details,
-        api_key=args.api_key,
+        api_key=api_key,
+        faults=faults,
     )
     server = SimServer(engine, host=args.host, port=args.port, config=config, owns_engine=True)
     log.info(
-        "sim server on %s (gpu=%s model=%s policy=%s prefix_cache=%s)",
+        "sim server on %s (gpu=%s model=%s policy=%s prefix_cache=%s faults=%s)",
         server.base_url,
         args.gpu,
         args.model,
         args.policy,
         not args.no_prefix_cache,
+        faults if faults.enabled else "off",
     )
     try:
         server.serve_forever()

@@ -1,22 +1,42 @@
 """Scheduling policies for the simulated engine, one module each, behind one seam (`base`).
 
-`get_policy(name)` returns a fresh policy; `POLICIES` lists the names.
+`get_policy(name)` returns a fresh policy; `POLICIES` lists the names:
+
+- `fcfs` / `vllm-v0`: vLLM v0, FCFS, prefill first, whole prompts;
+- `vllm-v1`: vLLM v1, decode first, chunked prefill (8,192-token budget);
+- `sarathi`: Sarathi-Serve, decode first, chunked prefill with a fixed 512-token budget;
+- `static-priority`: vLLM-SP, relQuery priority from Eq. 6-7 computed once at arrival;
+- `relserve`: RelServe's Dynamic Priority Updater and Adaptive Batch Arranger.
+
+The preemption order ("recent" or InferMax's "keep-long") is an engine option usable with any
+of them (`SimulatedEngine(preemption_order=...)`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from resources.sim.policies.base import Batch, Policy, ScheduleContext, SimSeq
+from resources.sim.policies.base import PREEMPTION_ORDERS, Batch, Policy, ScheduleContext, SimSeq
+from resources.sim.policies.fcfs import FCFSPolicy
+from resources.sim.policies.relserve import RelServeConfig, RelServePolicy
+from resources.sim.policies.sarathi import SarathiPolicy
+from resources.sim.policies.static_priority import StaticPriorityConfig, StaticPriorityPolicy
 from resources.sim.policies.vllm_v0 import VLLMv0Policy
 from resources.sim.policies.vllm_v1 import VLLMv1Policy
 
 __all__ = [
     "POLICIES",
+    "PREEMPTION_ORDERS",
     "Batch",
+    "FCFSPolicy",
     "Policy",
+    "RelServeConfig",
+    "RelServePolicy",
+    "SarathiPolicy",
     "ScheduleContext",
     "SimSeq",
+    "StaticPriorityConfig",
+    "StaticPriorityPolicy",
     "VLLMv0Policy",
     "VLLMv1Policy",
     "get_policy",
@@ -26,8 +46,12 @@ __all__ = [
 POLICIES: dict[str, Callable[[], Policy]] = {
     "vllm-v0": VLLMv0Policy,
     "vllm-v1": VLLMv1Policy,
+    "fcfs": FCFSPolicy,
+    "sarathi": SarathiPolicy,
+    "static-priority": StaticPriorityPolicy,
+    "relserve": RelServePolicy,
 }
-"""Policy factories by name; later policies (static priority, RelServe) register here."""
+"""Policy factories by name."""
 
 
 def register_policy(name: str, factory: Callable[[], Policy]) -> None:

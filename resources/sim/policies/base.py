@@ -12,17 +12,37 @@ Invariants a policy keeps: a sequence in `running` holds KV blocks for every com
 sequence in `waiting` holds none (`num_computed == 0`); a batch never exceeds
 `ctx.max_num_batched_tokens` tokens or `ctx.max_num_seqs` running sequences, and schedules
 each sequence at most once.
+
+Optional hooks (looked up with `getattr`, so the two vLLM policies need none):
+
+- ``policy.new_waiting_queue()``: a fresh waiting-queue object for one run, used instead of a
+  `deque`. It must offer the deque operations the engine and the policy use (`append`,
+  `extend`, `appendleft`, `popleft`, `[0]`, `len`, `bool`, iteration). Priority policies
+  return a queue ordered by relQuery priority (`resources.sim.policies.priority`).
+- ``policy.overhead()``: a dict of wall seconds the policy spent in named parts of its
+  scheduling during the latest run (e.g. RelServe's updater and arranger).
+
+Arrival-aware runs (`SimulatedEngine.run_workload`): the engine appends each request to
+`waiting` once the simulated clock reaches its `arrival_s`, sets `ctx.now` before every call,
+and, with `ctx.preemption_order == "keep-long"`, sorts `running` by computed tokens (longest
+first, stable) before every call so that `running.pop()` evicts the shortest (InferMax §6).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from resources.sim.block_cache import BLOCK_SIZE, BlockPool
+from resources.sim.cost_model import CostCoefficients
 
-__all__ = ["Batch", "Policy", "ScheduleContext", "SimSeq"]
+__all__ = ["PREEMPTION_ORDERS", "Batch", "Policy", "ScheduleContext", "SimSeq"]
+
+PREEMPTION_ORDERS: tuple[str, ...] = ("recent", "keep-long")
+"""Which running request a policy evicts when KV blocks run out: "recent" (vLLM: the most
+recently admitted, the tail of `running`) or "keep-long" (InferMax §6, "keep long, evict short":
+`running` is ordered by computed tokens, longest first, so the shortest is evicted)."""
 
 
 class SimSeq:
@@ -45,6 +65,10 @@ class SimSeq:
         "first_token_s",
         "finish_s",
         "num_preemptions",
+        "max_tokens",
+        "arrival_s",
+        "prefill_start_s",
+        "prefill_end_s",
     )
 
     def __init__(
@@ -56,6 +80,8 @@ class SimSeq:
         num_output: int,
         priority: int = 0,
         relquery_id: str = "",
+        max_tokens: int | None = None,
+        arrival_s: float = 0.0,
     ) -> None:
         self.index = index
         """Submission order (FCFS key)."""
@@ -80,6 +106,14 @@ class SimSeq:
         self.first_token_s = -1.0
         self.finish_s = -1.0
         self.num_preemptions = 0
+        self.max_tokens = num_output if max_tokens is None else max_tokens
+        """The request's output limit (what a scheduler may know; `num_output` is the truth)."""
+        self.arrival_s = arrival_s
+        """Simulated second the request reaches the engine (0 for `run`)."""
+        self.prefill_start_s = -1.0
+        """Start of the first batch that computed part of its prompt (-1 until then)."""
+        self.prefill_end_s = -1.0
+        """End of the latest batch that computed part of its prompt (recomputes included)."""
 
     @property
     def is_prefill(self) -> bool:
@@ -117,6 +151,14 @@ class ScheduleContext:
     (vLLM v1: a later request of the same step can hit them, because each layer writes its KV
     before its attention reads it). False: the engine keys them after the step (vLLM v0)."""
     num_preemptions: int = 0
+    now: float = 0.0
+    """Simulated seconds at the start of the iteration being scheduled."""
+    coefficients: CostCoefficients | None = None
+    """The engine's cost model (priority policies fit their batch-time predictors to it)."""
+    relquery_sizes: dict[str, int] = field(default_factory=dict)
+    """Requests per relQuery as submitted (req(R_0) of relserve.txt Eq. 13)."""
+    preemption_order: str = "recent"
+    """One of `PREEMPTION_ORDERS`."""
 
     def lookup(self, seq: SimSeq) -> list[int]:
         """Cached blocks a sequence about to be admitted would reuse ([] if caching is off)."""

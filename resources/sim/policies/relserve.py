@@ -1,0 +1,115 @@
+"""RelServe (relserve.txt §4): the Dynamic Priority Updater and the Adaptive Batch Arranger on
+vLLM v0's priority scheduler (the same code base as `static-priority`, as in the paper).
+
+Each iteration (Fig. 6, steps 2-4):
+1. the updater (`updater.DynamicPriorityUpdater`) refreshes every relQuery's priority (Eq. 8-13);
+2. both queues are ordered by (priority, arrival) (`priority.RelQueryQueue`, `sort_running`);
+3. the arranger (`arranger.AdaptiveBatchArranger`) forms the prefill candidate (one relQuery,
+   whole prompts) and decides prefill or decode (Eq. 14-17). RelServe's "preemption" pauses
+   the running relQueries' decoding (§4.3); it does not evict their KV cache. Only a starving
+   relQuery (priority 0 by Eq. 13) that cannot be admitted for want of KV blocks makes vLLM's
+   priority preemption evict running requests of lower priority (recompute), so that the
+   starvation threshold holds (`RelServeConfig.enable_starvation_preemption`);
+4. the chosen batch is formed with vLLM v0's steps (`priority.prefill_step` / `decode_step`).
+
+Invariants: the batch is a prefill batch or a decode batch, never both; budgets, watermark and
+cache are vLLM v0's (as `fcfs` and `static-priority`); policies change timing, never answers.
+`overhead()` reports the wall seconds of the updater and of the arranger in the latest run, and
+apart from them the ordering of both queues by priority (`queue_sort_s`: vLLM's priority
+scheduler does it for `static-priority` too; relserve.txt Fig. 6 step 2 puts it in the
+Scheduler, not in the DPU or the ABA).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from resources.sim.policies.arranger import AdaptiveBatchArranger, ArrangerConfig
+from resources.sim.policies.base import Batch, ScheduleContext, SimSeq
+from resources.sim.policies.priority import (
+    RelQueryQueue,
+    decode_step,
+    prefill_step,
+    priority_preemption,
+    sort_running,
+)
+from resources.sim.policies.updater import DynamicPriorityUpdater, UpdaterConfig
+
+__all__ = ["RelServeConfig", "RelServePolicy"]
+
+
+@dataclass(frozen=True)
+class RelServeConfig:
+    """Settings of RelServe."""
+
+    updater: UpdaterConfig = field(default_factory=UpdaterConfig)
+    """Dynamic Priority Updater settings (sampling, reuse, starvation threshold)."""
+    arranger: ArrangerConfig = field(default_factory=ArrangerConfig)
+    """Adaptive Batch Arranger settings (the transitional-case arrangement)."""
+    enable_starvation_preemption: bool = True
+    """Let a starving relQuery evict lower-priority running requests when KV blocks are short
+    (vLLM's priority preemption, for starving relQueries only)."""
+
+
+class RelServePolicy:
+    """RelServe (see the module docstring)."""
+
+    name = "relserve"
+    register_at_schedule = False
+    enable_chunked_prefill = False
+
+    def __init__(self, config: RelServeConfig | None = None) -> None:
+        self.config = config or RelServeConfig()
+        self.updater = DynamicPriorityUpdater(self.config.updater)
+        self.arranger = AdaptiveBatchArranger(self.config.arranger)
+        self.cases: dict[str, int] = {}
+        """Arranger decisions of the latest run by case ("internal/prefill", ...)."""
+        self._arranger_s = 0.0
+        self._queue_s = 0.0
+
+    def new_waiting_queue(self) -> RelQueryQueue:
+        """Start a run: a fresh queue, the updater's state and the counters reset."""
+        self.updater.start_run()
+        self.cases = {}
+        self._arranger_s = 0.0
+        self._queue_s = 0.0
+        return RelQueryQueue()
+
+    def overhead(self) -> dict[str, float]:
+        return {
+            "updater_s": self.updater.seconds,
+            "arranger_s": self._arranger_s,
+            "queue_sort_s": self._queue_s,
+            "num_pem": float(self.updater.num_pem),
+            "num_reused": float(self.updater.num_reused),
+        }
+
+    def schedule(
+        self, waiting: RelQueryQueue, running: list[SimSeq], ctx: ScheduleContext
+    ) -> Batch:
+        self.updater.update(waiting, running, ctx)
+        t0 = time.perf_counter()
+        sort_running(running, waiting)
+        waiting.reorder()
+        t1 = time.perf_counter()
+        self._queue_s += t1 - t0
+        arranger = self.arranger
+        if (
+            waiting
+            and self.config.enable_starvation_preemption
+            and waiting.priority[waiting[0].relquery_id] == 0.0
+            and arranger.prefill_candidate(waiting, running, ctx, max_requests=1) is None
+        ):
+            priority_preemption(waiting, running, ctx)
+        remaining = {rid: stats[2] for rid, stats in self.updater.decoding.items()}
+        decision = arranger.decide(waiting, running, ctx, self.updater.predictors(ctx), remaining)
+        key = f"{decision.case}/{decision.kind}"
+        self.cases[key] = self.cases.get(key, 0) + 1
+        self._arranger_s += time.perf_counter() - t1
+        if decision.kind == "prefill":
+            assert decision.candidate is not None
+            rid = decision.candidate.relquery_id
+            batch = prefill_step(waiting, running, ctx, relquery_id=rid)
+            return batch or decode_step(waiting, running, ctx)
+        return decode_step(waiting, running, ctx) or prefill_step(waiting, running, ctx)

@@ -1,0 +1,246 @@
+"""RelServe's Dynamic Priority Updater (relserve.txt §4.2) for the simulated engine.
+
+At the start of every iteration t, for every unfinished relQuery R_t in the engine (requests
+that completed before t excluded):
+
+    Prio(R_t) = Prio(R_{t-1})  if t > 1 and reuse(R_t, R_{t-1})        (Eq. 8)
+              = PEM(R_t)       otherwise                               (Eq. 10, Algorithm 1)
+
+- reuse (Eq. 12): every request of R_{t-1} and R_t is in the waiting queue, i.e. R had no
+  running request at the previous update nor at this one (a request that finished did so from
+  the running queue, so "no running request at t-1" also means none finished since);
+- PEM runs Algorithm 1 over R_t's requests (running ones first, utok = 0, with their remaining
+  output steps; then waiting ones in submission order) with utok*(r) = tok(r) x the relQuery's
+  cache-miss ratio, sampled on `num_samples` of its waiting requests with the engine's real
+  prefix-cache look-up (Eq. 11), from a seeded generator (runs are reproducible);
+- starvation (Eq. 13): a relQuery with requests in the waiting queue (one of R_t^-, started or
+  not) whose unit waiting time (now - arrival) / req(R_0) would exceed `starvation_threshold_s`
+  within the next `starvation_lookahead_iterations` worst-case iterations gets priority 0 (the
+  check looks one iteration ahead because an iteration is not interruptible: checking only
+  "now" lets the waiting time overshoot the threshold by up to one iteration). Starving
+  relQueries are ordered among themselves by their deadline arrival + threshold x req(R_0)
+  (earliest first), so that the one closest to exceeding the threshold starts first. A
+  relQuery stays at priority 0 until it finishes: were its priority to return to PEM once all
+  its requests run, a starving relQuery could evict them again and again (livelock). Applying
+  the rule to started relQueries that still have waiting requests is what bounds the latency of
+  large relQueries (relserve.txt Fig. 12), since a started relQuery can otherwise be paused
+  behind every shorter newcomer.
+
+Invariants: every relQuery present in the waiting queue has a priority in
+`queue.priority`; priorities are seconds (>= 0); a relQuery leaves the updater's state once
+all its requests have finished.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from itertools import groupby
+from operator import attrgetter, sub
+
+from resources.sim.block_cache import BLOCK_SIZE
+from resources.sim.pem import LinearPredictors, pem_decoding
+from resources.sim.policies.base import ScheduleContext, SimSeq
+from resources.sim.policies.priority import RelQueryQueue
+
+__all__ = ["DynamicPriorityUpdater", "UpdaterConfig", "max_iteration_s"]
+
+_relquery_id = attrgetter("relquery_id")
+_max_tokens = attrgetter("max_tokens")
+_generated = attrgetter("generated")
+
+
+@dataclass(frozen=True)
+class UpdaterConfig:
+    """Settings of the Dynamic Priority Updater."""
+
+    num_samples: int = 4
+    """|R_t^s| of Eq. 11: waiting requests per relQuery looked up in the prefix cache."""
+    enable_reuse: bool = True
+    """Reuse Prio(R_{t-1}) for relQueries untouched since the last iteration (Eq. 12)."""
+    starvation_threshold_s: float | None = None
+    """Eq. 13's threshold on unit waiting time, seconds per request; None disables it."""
+    starvation_lookahead_iterations: float = 2.0
+    """How many worst-case iterations ahead the starvation check looks (see the module)."""
+    seed: int = 0
+    """Seed of the cache-miss sampler."""
+
+    def __post_init__(self) -> None:
+        if self.num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {self.num_samples}")
+        if self.starvation_threshold_s is not None and self.starvation_threshold_s < 0:
+            raise ValueError(
+                f"starvation_threshold_s must be >= 0 or None, got {self.starvation_threshold_s}"
+            )
+        if self.starvation_lookahead_iterations < 0:
+            raise ValueError(
+                "starvation_lookahead_iterations must be >= 0, got "
+                f"{self.starvation_lookahead_iterations}"
+            )
+
+
+def max_iteration_s(ctx: ScheduleContext) -> float:
+    """An upper bound on one iteration's seconds under `ctx`'s limits and cost model: a full
+    prefill batch of one prompt (quadratic attention over a context as long again), or a
+    decode batch of `max_num_seqs` requests reading the whole KV cache."""
+    coef = ctx.coefficients
+    if coef is None:
+        return 0.0
+    c = ctx.max_num_batched_tokens
+    prefill = coef.batch_time(c, 3 * c * c, 0, 1)
+    decode = coef.batch_time(ctx.max_num_seqs, 0, ctx.pool.num_blocks * BLOCK_SIZE, 0)
+    return max(prefill, decode)
+
+
+class DynamicPriorityUpdater:
+    """Eq. 8-13 (see the module docstring). `start_run()` before each simulated run."""
+
+    def __init__(self, config: UpdaterConfig | None = None) -> None:
+        self.config = config or UpdaterConfig()
+        self._predictors: LinearPredictors | None = None
+        self._fitted_for: object = None
+        self.start_run()
+
+    def start_run(self) -> None:
+        """Forget every relQuery and reset the sampler and the counters."""
+        self._live: dict[str, None] = {}
+        """Unfinished relQueries, in arrival order."""
+        self._prev_running: set[str] = set()
+        self._starving: set[str] = set()
+        """RelQueries that crossed the threshold: priority 0 until they finish."""
+        self._rng = random.Random(self.config.seed)
+        self.num_pem = 0
+        """PEM evaluations this run."""
+        self.num_reused = 0
+        """Priorities reused (Eq. 12) this run."""
+        self.num_starving = 0
+        """Updates at which some relQuery was set to priority 0 (Eq. 13)."""
+        self.seconds = 0.0
+        """Wall seconds spent in `update` this run."""
+        self.decoding: dict[str, tuple[int, int, int]] = {}
+        """Per running relQuery at the latest update: (running requests, total and largest
+        remaining output steps)."""
+
+    def predictors(self, ctx: ScheduleContext) -> LinearPredictors:
+        """Eq. 9 fitted to the engine's cost model (refitted when the model changes)."""
+        if self._predictors is None or self._fitted_for is not ctx.coefficients:
+            if ctx.coefficients is None:
+                raise ValueError("relserve needs ctx.coefficients (the engine's cost model)")
+            self._predictors = LinearPredictors.fit(
+                ctx.coefficients,
+                max_num_batched_tokens=ctx.max_num_batched_tokens,
+                max_num_seqs=ctx.max_num_seqs,
+            )
+            self._fitted_for = ctx.coefficients
+        return self._predictors
+
+    def update(self, waiting: RelQueryQueue, running: list[SimSeq], ctx: ScheduleContext) -> None:
+        """Set `waiting.priority` of every live relQuery for this iteration.
+
+        Only relQueries that arrived, run now or ran at the previous update are visited for
+        PEM; the others reuse their priority (Eq. 12) without being touched.
+        """
+        t0 = time.perf_counter()
+        cfg = self.config
+        live = self._live
+        new = waiting.new_relqueries
+        for rid in new:
+            live[rid] = None
+        decoding = _decoding_stats(running)
+        if cfg.enable_reuse:
+            visit = self._prev_running.union(decoding, new)
+        else:
+            visit = set(live)
+        new.clear()
+        pred = self.predictors(ctx)
+        cap = (ctx.pool.num_blocks - ctx.watermark_blocks) * BLOCK_SIZE
+        alpha_d, beta_d = pred.alpha_d, pred.beta_d
+        visited = 0
+        for rid in sorted(visit):  # sorted: the sampler draws in a reproducible order
+            if rid not in live:
+                continue
+            queued = waiting.waiting_of(rid)
+            stats = decoding.get(rid)
+            if rid in self._starving and (queued or stats):
+                value = 0.0
+            elif queued:
+                value = self._pem(queued, stats or (0, 0, 0), pred, cap, ctx)
+            elif stats:  # all running (<= max_num_seqs): one decode group (Algorithm 1)
+                value = alpha_d * stats[1] + beta_d * stats[2]
+            else:  # every request finished
+                del live[rid]
+                continue
+            visited += 1
+            waiting.set_priority(rid, value)
+        self.num_pem += visited
+        self.num_reused += len(live) - visited
+        self._prev_running = set(decoding)
+        self.decoding = decoding
+        threshold = cfg.starvation_threshold_s
+        if threshold is not None:
+            horizon = ctx.now + cfg.starvation_lookahead_iterations * max_iteration_s(ctx)
+            starving = False
+            for rid in live:
+                if rid in self._starving or not waiting.waiting_of(rid):
+                    continue
+                n0 = ctx.relquery_sizes.get(rid) or len(waiting.members[rid])
+                arrival = waiting.arrival[rid]
+                if (horizon - arrival) / n0 > threshold:  # Eq. 13
+                    waiting.set_priority(rid, 0.0)
+                    waiting.set_tiebreak(rid, arrival + threshold * n0)  # earliest deadline first
+                    self._starving.add(rid)
+                    starving = True
+            self.num_starving += starving
+        self.seconds += time.perf_counter() - t0
+
+    def _pem(
+        self,
+        queued,
+        decoding: tuple[int, int, int],
+        pred: LinearPredictors,
+        cap: float,
+        ctx: ScheduleContext,
+    ) -> float:
+        """PEM(R_t) in seconds: `decoding` is (count, total, largest) of the remaining output
+        steps of R's running requests, `queued` its waiting requests (in queue order)."""
+        mns, mnbt = ctx.max_num_seqs, ctx.max_num_batched_tokens
+        if not queued:
+            return pem_decoding(*decoding, (), (), pred, cap, mns, mnbt)
+        k = self.config.num_samples
+        n = len(queued)
+        if n <= k:
+            sample = queued
+        else:  # k requests drawn uniformly (with replacement: cheaper, same expectation)
+            draw = self._rng.random
+            sample = [queued[int(draw() * n)] for _ in range(k)]
+        tok = utok = 0
+        for s in sample:
+            tok += s.num_tokens
+            utok += s.num_tokens - len(ctx.lookup(s)) * BLOCK_SIZE
+        ratio = utok / tok if tok else 1.0  # Eq. 11
+        return pem_decoding(
+            *decoding,
+            [s.num_tokens * ratio for s in queued],
+            [s.max_tokens - s.generated for s in queued],
+            pred,
+            cap,
+            mns,
+            mnbt,
+        )
+
+
+def _decoding_stats(running: list[SimSeq]) -> dict[str, tuple[int, int, int]]:
+    """Per relQuery: (running requests, their total and largest remaining output steps).
+    Runs of one relQuery are contiguous in a sorted running queue, so this is a few C-level
+    passes per relQuery rather than a Python loop per request."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for rid, group in groupby(running, _relquery_id):
+        seqs = list(group)
+        rems = list(map(sub, map(_max_tokens, seqs), map(_generated, seqs)))
+        n, total, top = len(rems), sum(rems), max(rems)
+        prev = out.get(rid)
+        if prev is not None:
+            n, total, top = n + prev[0], total + prev[1], max(top, prev[2])
+        out[rid] = (n, total, top)
+    return out

@@ -1,0 +1,30 @@
+"""The fault matrix, smoke size: real server subprocesses, a real kill -9 of a real client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from resources.faults import SMOKE_FAULTS, markdown_table, run_fault_matrix
+
+
+def test_smoke_matrix_loses_nothing_and_a_kill_costs_at_most_one_chunk(tmp_path: Path) -> None:
+    pytest.importorskip("resources.sim.engine", reason="the simulated engine is not built yet")
+    result = run_fault_matrix(smoke=True, workdir=tmp_path, log=lambda _: None)
+    faults = result["faults"]
+    assert list(faults) == list(SMOKE_FAULTS)
+    chunk = result["settings"]["chunk_size"]
+    for name, row in faults.items():
+        assert row["lost"] == 0, (name, row)
+        assert row["rows_in"] == row["answered"] + row["skipped"] + row["failed"], (name, row)
+        assert row["requests_resent_after_rerun"] <= chunk, (name, row)
+        if name not in ("none", "kill9"):
+            assert sum(row["faults_injected"].values()) > 0, (name, row)
+    # with 10% 503 and retries on, every row ends answered; so with the other faults here
+    assert all(row["answered"] == row["rows_in"] for row in faults.values()), faults
+    kill = faults["kill9"]
+    assert 0 < kill["killed_after_rows_committed"] < kill["rows_in"], kill
+    assert kill["cache_entries_at_kill"] >= kill["killed_after_rows_committed"]
+    assert kill["requests_sent"] <= kill["rows_in"] + chunk
+    assert "| kill9 |" in markdown_table(result)
