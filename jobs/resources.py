@@ -11,13 +11,15 @@ import dagster as dg
 
 from llm_assets.assets.options import QueryOptions
 from resources.expectations import GXValidator
+from resources.home import llm_assets_home
 from resources.llm_resources import (
     LLMEngineResource,
     OpenAIEngineResource,
+    ResponseCacheResource,
     SimulatedEngineResource,
     VLLMEngineResource,
 )
-from resources.tracking import MLflowTracker, llm_assets_home
+from resources.tracking import MLflowTracker
 from resources.warehouse import warehouse_io_manager
 
 ENVIRONMENTS = ("sim", "vllm", "openai")
@@ -46,6 +48,7 @@ def resources_for(env: str) -> dict:
     home = llm_assets_home()
     return {
         "llm_engine": engine_for(env),
+        "response_cache": ResponseCacheResource(enabled=env != "sim"),
         "options": QueryOptions(),
         "gx": GXValidator(),
         "tracker": MLflowTracker(),

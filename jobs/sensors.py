@@ -8,7 +8,7 @@ import dagster as dg
 
 from jobs.jobs import ALL_JOBS, QUERY_JOBS
 from llm_assets.assets import SPECS_BY_GROUP
-from resources.tracking import llm_assets_home
+from resources.home import llm_assets_home
 
 SUFFIXES = (".csv", ".parquet", ".json")
 

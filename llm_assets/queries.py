@@ -136,4 +136,48 @@ def compile_query(query: str, dataset: str) -> LLMQuery:
             f"query {query!r} has no variant for dataset {dataset!r}; "
             f"expected one of {sorted(by_dataset)}"
         )
-    return compile_sql(by_dataset[dataset], name=query)
+    return compile_sql(by_dataset[dataset], name=query, tables=TABLES[dataset])
+
+
+# ---- system prompts ---------------------------------------------------------------------
+# The paper's harness sends a system prompt before each query's instruction: with it, the
+# instruction part of a prompt is 172 (Movies) / 141 (Products) tokens for Q1 and 166 / 112
+# for Q4, Q1's being the longest (llm_queries_relational.txt section 7.3). Ours are our own
+# words, sized so that system prompt + instruction count 164 / 137 (Q1) and 153 / 115 (Q4)
+# tokens with the simulator's tokenizer (152 / 123 and 144 / 107 with Llama 3's; the paper
+# counted with Llama 2's, which splits English into more tokens). Q2, Q3 and Q5 get the
+# general preamble alone (about 100 tokens with the instruction): their lengths are not
+# published.
+
+_PREAMBLE = (
+    "You are a careful data analyst working through a table one row at a time. Each request "
+    "gives you an instruction followed by the fields of a single row, one field per line. Use "
+    "only the information in those fields; do not invent facts that are not there. Keep the "
+    "answer short and in exactly the format the instruction asks for, with no preamble, "
+    "no explanation and no apology."
+)
+_RECOMMEND = (
+    " The user wrote the review below about a movie they watched. Think about what the "
+    "review says they liked or disliked, and about the genre, tone and themes described in "
+    "the movie information, then suggest films this user would probably enjoy next. Prefer "
+    "well known titles, name each film once, and separate titles with commas."
+)
+_MATCH = (
+    " Compare what the customer says about the product they received with what the seller "
+    "promises in the description, and answer whether the two agree."
+)
+_RATE_MOVIE = (
+    " A satisfaction score summarises how happy the reviewer was with the movie, judged "
+    "from the tone of the review and what it praises or criticises. Answer with one number "
+    "only, using a decimal point if needed."
+)
+_RATE_PRODUCT = " Answer with one number only."
+
+SYSTEM_PROMPTS: dict[str, dict[str, str]] = {
+    "q1": {"movies": _PREAMBLE + _RECOMMEND, "products": _PREAMBLE + _MATCH},
+    "q2": {"movies": _PREAMBLE, "products": _PREAMBLE},
+    "q3": {"movies": _PREAMBLE, "products": _PREAMBLE},
+    "q4": {"movies": _PREAMBLE + _RATE_MOVIE, "products": _PREAMBLE + _RATE_PRODUCT},
+    "q5": {"squad": _PREAMBLE},
+}
+"""Query -> dataset -> the harness's system prompt (sent before the instruction)."""

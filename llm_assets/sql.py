@@ -29,7 +29,7 @@ Output specs and generation limits (constants below):
   "between <lo> ... and <hi>" in the template, else `DEFAULT_NUMBER_RANGE` (0..10);
   `max_tokens` `MAX_TOKENS_NUMBER` (3);
 - any other call (a projection, or under COUNT) answers `OutputSpec.text()`, `MAX_TOKENS_TEXT`
-  (50).
+  (16, vLLM's default `max_tokens`, as in the paper's harness).
 
 Everything else raises `SQLError` naming the offending clause, with LLM calls shown as
 `LLM(...)`. Rejections come from the parsed tree, never from matching the raw text.
@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import sqlglot
@@ -71,8 +72,8 @@ MAX_TOKENS_CHOICE = 3
 """Longer choice answers (Positive/Negative may take two tokens) plus end of sequence."""
 MAX_TOKENS_NUMBER = 3
 """A number such as `4.5`."""
-MAX_TOKENS_TEXT = 50
-"""Free-text projections."""
+MAX_TOKENS_TEXT = 16
+"""Free-text projections: vLLM's `SamplingParams()` default, which the paper's harness used."""
 DEFAULT_NUMBER_RANGE = (0.0, 10.0)
 """Range of a numeric answer when the template does not say "between lo ... and hi"."""
 DEFAULT_K = 3
@@ -387,6 +388,12 @@ class _Compiler:
         )
         if bad is not None:
             raise SQLError(f"unsupported in WHERE: {show(cond)} ({bad.sql()} is not allowed here)")
+        unknown = next((n for n in cond.walk() if isinstance(n, exp.Anonymous)), None)
+        if unknown is not None:
+            raise SQLError(
+                f"unknown function {unknown.name}(...) in WHERE: {show(cond)}; "
+                "predicates may use DuckDB's built-in functions only"
+            )
         copy = cond.copy()
         columns = []
         for col in list(copy.find_all(exp.Column)):
@@ -507,9 +514,29 @@ def _statement(sql: str) -> exp.Select:
     return stmt
 
 
-def compile_sql(sql: str, name: str = "query") -> LLMQuery:
+def check_columns(query: LLMQuery, tables: Mapping[str, Sequence[str]]) -> None:
+    """Raise `SQLError` naming the first column the query reads that its table lacks."""
+    by_alias = {s.alias: s.table for s in query.sources}
+    used = list(query.columns_needed()) + [r.corpus_column for r in query.retrievals]
+    for j in query.joins:
+        used += [f"{j.left_alias}.{j.left_column}", f"{j.right_alias}.{j.right_column}"]
+    for column in used:
+        alias, name = column.split(".", 1)
+        table = by_alias[alias]
+        if table not in tables:
+            raise SQLError(f"unknown table {table!r}; known tables: {sorted(tables)}")
+        if name not in tables[table]:
+            raise SQLError(
+                f"unknown column {column}: table {table!r} has columns {list(tables[table])}"
+            )
+
+
+def compile_sql(
+    sql: str, name: str = "query", tables: Mapping[str, Sequence[str]] | None = None
+) -> LLMQuery:
     """Compile one LLM-SQL SELECT into an `LLMQuery` named `name` (see the module docstring
-    for the language); raises `SQLError` naming the clause it cannot compile."""
+    for the language); raises `SQLError` naming the clause it cannot compile. With `tables`
+    (table -> columns), every column the query reads must exist."""
     stmt = _statement(sql)
     c = _Compiler(name)
     c.sources.append(c.source(stmt.args["from_"].this, "FROM"))
@@ -517,7 +544,7 @@ def compile_sql(sql: str, name: str = "query") -> LLMQuery:
     predicates, filters = c.where(stmt)
     projection, aggregate, _ = c.select(stmt)
     try:
-        return LLMQuery(
+        query = LLMQuery(
             name=name,
             sources=tuple(c.sources),
             joins=tuple(joins),
@@ -530,3 +557,6 @@ def compile_sql(sql: str, name: str = "query") -> LLMQuery:
         )
     except ValueError as exc:
         raise SQLError(f"{exc} in: {show(stmt)}") from exc
+    if tables is not None:
+        check_columns(query, tables)
+    return query

@@ -26,6 +26,7 @@ from resources.engine import LLMEngine, Request, RunResult
 
 __all__ = [
     "LLMEngineResource",
+    "ResponseCacheResource",
     "OpenAIEngineResource",
     "SimulatedEngineResource",
     "VLLMEngineResource",
@@ -197,3 +198,19 @@ class OpenAIEngineResource(LLMEngineResource):
             structured_output_style=self.structured_output_style,
             send_relquery_header=self.send_relquery_header,
         )
+
+
+class ResponseCacheResource(dg.ConfigurableResource):
+    """The persistent response cache (`resources.response_cache`): a rerun sends only the
+    prompts never answered before. Off for the simulated engine by default (jobs/resources.py),
+    where re-simulating costs nothing and a planning run should report the full cost."""
+
+    enabled: bool = Field(default=True, description="Reuse and store answers.")
+    path: str | None = Field(
+        default=None, description="DuckDB file; default $LLM_ASSETS_HOME/responses.duckdb."
+    )
+
+    def cache(self):
+        from resources.response_cache import ResponseCache
+
+        return ResponseCache(self.path) if self.enabled else ResponseCache.disabled()

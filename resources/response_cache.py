@@ -43,6 +43,7 @@ import duckdb
 import pyarrow as pa
 
 from resources.engine import LLMEngine, Request, Response
+from resources.home import llm_assets_home
 
 __all__ = [
     "CACHE_FILE_NAME",
@@ -51,7 +52,6 @@ __all__ = [
     "EngineKey",
     "ResponseCache",
     "default_cache_path",
-    "llm_assets_home",
 ]
 
 CACHE_FILE_NAME = "responses.duckdb"
@@ -85,11 +85,6 @@ _SCHEMA = pa.schema(
         ("finish_s", pa.float64()),
     ]
 )
-
-
-def llm_assets_home() -> Path:
-    """`$LLM_ASSETS_HOME`, or `./.llm_assets` when it is unset or empty."""
-    return Path(os.environ.get("LLM_ASSETS_HOME") or ".llm_assets")
 
 
 def default_cache_path() -> Path:

@@ -10,19 +10,15 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 import dagster as dg
 
+from resources.home import llm_assets_home
+
 log = logging.getLogger(__name__)
-
-
-def llm_assets_home() -> Path:
-    """Where local state lives: `$LLM_ASSETS_HOME`, default `./.llm_assets`."""
-    return Path(os.environ.get("LLM_ASSETS_HOME", ".llm_assets")).resolve()
 
 
 def default_tracking_uri() -> str:

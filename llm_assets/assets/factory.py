@@ -31,10 +31,11 @@ from llm_assets.data import (
     load_squad_json,
 )
 from llm_assets.optimizer.schedule import validate_schedule
-from llm_assets.queries import compile_query
+from llm_assets.queries import SYSTEM_PROMPTS, compile_query
 from llm_assets.query import LLMCall, LLMQuery
 from resources.expectations import Expect, GXValidator
-from resources.llm_resources import LLMEngineResource
+from resources.llm_resources import LLMEngineResource, ResponseCacheResource
+from resources.runner import run_requests
 from resources.tracking import MLflowTracker
 
 DATASET_TABLES: dict[str, tuple[str, ...]] = {
@@ -97,6 +98,9 @@ def source_assets(dataset: str) -> dg.AssetsDefinition:
         label = Path(config.paths[0]).stem if config.paths else dataset
         for t in tables:
             frame = frames[t].reset_index(drop=True)
+            if frame.empty:
+                origin = f"from {config.paths}" if config.paths else f"size={config.size}"
+                raise ValueError(f"{dataset} table {t!r} has no rows ({origin}): nothing to query")
             meta = {"rows": len(frame), "dataset": label, "columns": ", ".join(frame.columns)}
             yield dg.Output(frame, output_name=t, metadata=meta)
 
@@ -135,6 +139,23 @@ def _latest_metadata(context, key: dg.AssetKey) -> dict:
     if event is None or event.asset_materialization is None:
         return {}
     return {k: v.value for k, v in event.asset_materialization.metadata.items()}
+
+
+def _context_limit(engine, options: QueryOptions, call: LLMCall):
+    """(prompt token limit or None, token counter): the engine's context window minus the
+    call's output budget, unless `options.max_prompt_tokens` says otherwise."""
+    count_tokens = getattr(engine, "count_tokens", None)
+    if count_tokens is None:
+        from resources.sim.tokenizer import ApproxTokenizer
+
+        count_tokens = ApproxTokenizer().count
+    limit = options.max_prompt_tokens
+    if limit is None:
+        deployment = getattr(engine, "deployment", None)
+        window = deployment.model.max_model_len if deployment else None
+        window = window or getattr(engine, "max_model_len", None)
+        limit = window - call.max_tokens if window else None
+    return limit, count_tokens
 
 
 def _stage_ins(spec: QuerySpec, k: int) -> dict[str, dg.AssetIn]:
@@ -289,17 +310,38 @@ def _llm_stage(spec: QuerySpec, k: int, call: LLMCall) -> list:
         kinds={"pandas"},
         description=f"Prompts for {call.name} in submission order (GGR row/field reordering).",
     )
-    def request_plan(context: dg.AssetExecutionContext, options: QueryOptions, deduped):
+    def request_plan(
+        context: dg.AssetExecutionContext,
+        options: QueryOptions,
+        llm_engine: LLMEngineResource,
+        deduped,
+    ):
         fields = stages.llm_field_columns(spec.query, call, deduped)
         started = time.perf_counter()
+        system = options.system_prompt
+        if system is None:
+            system = SYSTEM_PROMPTS.get(spec.query_name, {}).get(spec.dataset, "")
+        limit, count_tokens = _context_limit(llm_engine.engine, options, call)
         plan = stages.run_plan(
-            deduped, call, fields, options.method, options.prompt_style, relquery
+            deduped,
+            call,
+            fields,
+            options.method,
+            options.prompt_style,
+            relquery,
+            system,
+            max_prompt_tokens=limit,
+            count_tokens=count_tokens,
+            context_policy=options.context_policy,
         )
         context.add_output_metadata(
             {
                 "n_requests": len(plan),
                 "method": options.method,
                 "reorder_s": round(time.perf_counter() - started, 4),
+                "max_prompt_tokens": limit or "unchecked",
+                "truncated": int(plan["truncated"].sum()),
+                "too_long": int(plan["error"].notna().sum()),
                 "first_prompt": dg.MetadataValue.text(plan["prompt"].iloc[0] if len(plan) else ""),
             }
         )
@@ -319,14 +361,30 @@ def _llm_stage(spec: QuerySpec, k: int, call: LLMCall) -> list:
         context: dg.AssetExecutionContext,
         options: QueryOptions,
         llm_engine: LLMEngineResource,
+        response_cache: ResponseCacheResource,
         tracker: MLflowTracker,
         plan,
         deduped,
     ):
         requests = stages.requests_from_plan(plan, call)
         started = time.perf_counter()
-        context.log.info(f"{relquery}: sending {len(requests):,} requests")
-        result = llm_engine.run(relquery, requests)
+        cache = response_cache.cache()
+        # Chunks exist to commit progress to the cache; without one, one batch keeps the
+        # engine's batches full (chunk boundaries drain the engine).
+        chunk = options.chunk_size if cache.enabled else max(1, len(requests))
+        context.log.info(f"{relquery}: {len(requests):,} requests (chunks of {chunk:,})")
+
+        def progress(done: int, total: int) -> None:
+            context.log.info(f"{relquery}: {done:,}/{total:,} requests done")
+
+        result = run_requests(
+            llm_engine.engine,
+            relquery,
+            requests,
+            cache=cache,
+            chunk_size=chunk,
+            progress=progress,
+        )
         latency = time.perf_counter() - started
         outputs = stages.outputs_frame(plan, result.responses, call)
         filtered_meta = _latest_metadata(context, spec.key("filtered"))
@@ -339,15 +397,19 @@ def _llm_stage(spec: QuerySpec, k: int, call: LLMCall) -> list:
             "dedup_ratio": len(plan) / len(live) if len(live) else 1.0,
             "errors": int(outputs["error"].notna().sum()),
             "spec_violations": int(outputs["violation"].notna().sum()),
+            "cache_hits": result.cache_hits,
+            "requests_sent": result.sent,
+            **stages.row_counts(deduped, outputs),
         }
         meta = log_llm_run(context, spec, options, llm_engine, tracker, result.stats, metrics)
         context.add_output_metadata(meta)
-        failed = metrics["errors"]
-        if len(requests) and failed / len(requests) > options.max_error_rate:
+        failed, total = metrics["errors"], len(outputs)
+        if total and failed / total > options.max_error_rate:
             first = outputs["error"].dropna().head(3).tolist()
             raise RuntimeError(
-                f"{relquery}: {failed} of {len(requests)} requests failed "
-                f"({failed / len(requests):.1%} > max_error_rate {options.max_error_rate:.1%}); "
+                f"{relquery}: {failed} of {total} requests failed "
+                f"({failed / total:.1%} > max_error_rate {options.max_error_rate:.1%}); "
+                f"answered ones are kept in the response cache, a rerun resends only the rest; "
                 f"first errors: {first}"
             )
         return outputs

@@ -11,7 +11,7 @@ import dagster as dg
 from pydantic import Field
 
 from llm_assets.assets.retrieval import RETRIEVERS
-from llm_assets.assets.stages import NULL_POLICIES
+from llm_assets.assets.stages import CONTEXT_POLICIES, NULL_POLICIES
 from llm_assets.optimizer import METHODS
 from llm_assets.optimizer.prompts import STYLES
 
@@ -27,10 +27,29 @@ class QueryOptions(dg.ConfigurableResource):
     prompt_style: str = Field(
         default="named", description=f"Prompt rendering: one of {STYLES} (see prompts.py)."
     )
+    system_prompt: str | None = Field(
+        default=None,
+        description="Sent before each instruction; None: the query's harness prompt "
+        "(llm_assets.queries.SYSTEM_PROMPTS), '' for none.",
+    )
     null_policy: str = Field(
         default="skip",
         description=f"A null in an LLM field: one of {NULL_POLICIES} (skip the row with a "
         "reason, render it empty, or fail the stage).",
+    )
+    context_policy: str = Field(
+        default="fail",
+        description=f"A prompt longer than the context window: one of {CONTEXT_POLICIES} "
+        "(fail the row before sending, or cut its longest field with a marker).",
+    )
+    max_prompt_tokens: int | None = Field(
+        default=None,
+        description="Prompt token limit; None: the engine's context window minus max_tokens "
+        "(when the engine knows it).",
+    )
+    chunk_size: int = Field(
+        default=256,
+        description="Requests per committed chunk: a crash loses at most one chunk of work.",
     )
     max_error_rate: float = Field(
         default=0.01, description="Fail llm_outputs when more requests than this share fail."
@@ -52,9 +71,12 @@ class QueryOptions(dg.ConfigurableResource):
             ("method", self.method, METHODS),
             ("prompt_style", self.prompt_style, STYLES),
             ("null_policy", self.null_policy, NULL_POLICIES),
+            ("context_policy", self.context_policy, CONTEXT_POLICIES),
             ("retriever", self.retriever, RETRIEVERS),
         ):
             if value not in valid:
                 raise ValueError(f"options.{name}={value!r} is not one of {list(valid)}")
+        if self.chunk_size < 1:
+            raise ValueError(f"options.chunk_size={self.chunk_size} must be >= 1")
         if not 0.0 <= self.max_error_rate <= 1.0:
             raise ValueError(f"options.max_error_rate={self.max_error_rate} is not in [0, 1]")

@@ -21,12 +21,13 @@ import pandas as pd
 
 from llm_assets.optimizer import encode, reorder
 from llm_assets.optimizer.dedup import dedup_rows
-from llm_assets.optimizer.prompts import parse_template, render_prompts
+from llm_assets.optimizer.prompts import fit_row, parse_template, render_prompts
 from llm_assets.optimizer.table import EncodedTable
 from llm_assets.query import LLMCall, LLMQuery, bare_name
 from resources.engine import Request, Response
 
 NULL_POLICIES = ("skip", "empty", "fail")
+CONTEXT_POLICIES = ("fail", "truncate")
 ROW = "_row"
 INPUT = "_input_id"
 
@@ -164,19 +165,58 @@ def run_plan(
     method: str,
     style: str = "named",
     relquery: str = "q",
+    system: str = "",
+    max_prompt_tokens: int | None = None,
+    count_tokens: Callable[[str], int] | None = None,
+    context_policy: str = "fail",
 ) -> pd.DataFrame:
     """One row per distinct input in submission order: `position`, `_input_id`,
-    `request_id`, `prompt`, `field_order`. Rows are reordered by `method` (GGR by default)."""
+    `request_id`, `prompt`, `field_order`, `truncated`, `error`. Rows are reordered by
+    `method` (GGR by default). A prompt is `system`, the instruction, then the row's fields.
+
+    With `max_prompt_tokens`, a longer prompt either has its longest field cut to fit (marked,
+    `truncated`; `context_policy="truncate"`) or gets an `error` and is never sent ("fail")."""
+    if context_policy not in CONTEXT_POLICIES:
+        raise ValueError(
+            f"unknown context policy {context_policy!r}; expected one of {CONTEXT_POLICIES}"
+        )
     live = deduped[deduped[INPUT] >= 0]
     firsts = live.drop_duplicates(INPUT).sort_values(INPUT)
     inputs = firsts[fields].reset_index(drop=True)
     instruction, _ = parse_template(call.template, [bare_name(f) for f in call.fields])
+    if system:
+        instruction = f"{system}\n{instruction}"
     if len(inputs) == 0:
-        columns = ["position", INPUT, "request_id", "prompt", "field_order"]
+        columns = ["position", INPUT, "request_id", "prompt", "field_order", "truncated", "error"]
         return pd.DataFrame({c: [] for c in columns})
     enc: EncodedTable = encode(inputs, fields)
     schedule = reorder(enc, method=method)
     prompts = render_prompts(enc, schedule, instruction, style)
+    truncated = [False] * len(prompts)
+    errors: list[str | None] = [None] * len(prompts)
+    if max_prompt_tokens is not None and count_tokens is not None:
+        head = instruction.rstrip("\n") + "\n"
+        index = {f: j for j, f in enumerate(enc.fields)}
+        for k, (prompt, (row, order)) in enumerate(zip(prompts, schedule, strict=True)):
+            n_tokens = count_tokens(prompt)
+            if n_tokens <= max_prompt_tokens:
+                continue
+            values = [enc.cell(row, index[f]) for f in order]
+            fitted = None
+            if context_policy == "truncate":
+                fitted = fit_row(head, order, values, style, count_tokens, max_prompt_tokens)
+            if fitted is None:
+                errors[k] = (
+                    f"prompt has {n_tokens} tokens, over the {max_prompt_tokens} the context "
+                    f"window leaves (context_policy={context_policy!r}"
+                    + (
+                        ", longest field cut to nothing still too long)"
+                        if context_policy == "truncate"
+                        else "; use 'truncate' to cut the longest field)"
+                    )
+                )
+            else:
+                prompts[k], truncated[k] = fitted, True
     input_ids = firsts[INPUT].to_numpy()[schedule.rows]
     return pd.DataFrame(
         {
@@ -185,14 +225,18 @@ def run_plan(
             "request_id": [f"{relquery}:{i}" for i in input_ids],
             "prompt": prompts,
             "field_order": [",".join(fields) for _, fields in schedule],
+            "truncated": truncated,
+            "error": errors,
         }
     )
 
 
 def requests_from_plan(plan: pd.DataFrame, call: LLMCall) -> list[Request]:
+    """The requests to send: every planned prompt that has no planning error."""
+    sendable = plan[plan["error"].isna()] if "error" in plan else plan
     return [
         Request(id=rid, prompt=prompt, max_tokens=call.max_tokens, output=call.output)
-        for rid, prompt in zip(plan["request_id"], plan["prompt"], strict=True)
+        for rid, prompt in zip(sendable["request_id"], sendable["prompt"], strict=True)
     ]
 
 
@@ -202,11 +246,13 @@ def requests_from_plan(plan: pd.DataFrame, call: LLMCall) -> list[Request]:
 def outputs_frame(plan: pd.DataFrame, responses: Sequence[Response], call: LLMCall) -> pd.DataFrame:
     """One row per request of `plan`: the answer (or error), spec violation and accounting."""
     by_id = {r.id: r for r in responses}
+    planned = plan["error"] if "error" in plan else [None] * len(plan)
     rows = []
-    for input_id, rid in zip(plan[INPUT], plan["request_id"], strict=True):
+    for input_id, rid, plan_error in zip(plan[INPUT], plan["request_id"], planned, strict=True):
         r = by_id.get(rid)
         if r is None:
-            r = Response(rid, "", 0, 0, 0, 0.0, 0.0, error="no response returned by the engine")
+            error = plan_error if isinstance(plan_error, str) else "no response from the engine"
+            r = Response(rid, "", 0, 0, 0, 0.0, 0.0, error=error)
         violation = None if r.error else call.output.violation(r.text)
         rows.append(
             {
@@ -225,6 +271,18 @@ def outputs_frame(plan: pd.DataFrame, responses: Sequence[Response], call: LLMCa
     columns = [INPUT, "request_id", "answer", "error", "violation", "prompt_tokens"]
     columns += ["cached_tokens", "output_tokens", "ttft_s", "finish_s"]
     return pd.DataFrame(rows, columns=columns)
+
+
+def row_counts(deduped: pd.DataFrame, outputs: pd.DataFrame) -> dict[str, int]:
+    """Rows of this stage by outcome: answered, failed (engine or planning error), skipped."""
+    answers = answers_by_row(deduped, outputs)
+    skipped = answers["_skip"].notna()
+    failed = answers["_error"].notna() & ~skipped
+    return {
+        "rows_answered": int((~skipped & ~failed).sum()),
+        "rows_failed": int(failed.sum()),
+        "rows_skipped": int(skipped.sum()),
+    }
 
 
 # ---- result and answer --------------------------------------------------------------------

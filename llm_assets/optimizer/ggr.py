@@ -170,6 +170,8 @@ class _Greedy:
         by_value: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         k = len(rest)
         best = np.array([s.max() if len(s) else 0.0 for s in score])
+        node_start = len(self.out_rows)
+        segments: list[tuple[tuple[int, ...], int, int]] = []
         while True:
             c = int(np.argmax(best))
             top = best[c]
@@ -178,7 +180,10 @@ class _Greedy:
             other = max((best[j] for j in range(k) if j != c), default=0.0)
             floor = max(other, self.threshold)
             picked = np.flatnonzero((score[c] >= floor) & (score[c] > self.threshold))
-            picked = picked[np.lexsort((cand[c][picked], -score[c][picked]))]
+            # All of them would be picked next anyway; emitting their groups in string order
+            # (not score order) leaves PHC unchanged and lets neighbouring groups share
+            # partial prefixes (characters, or whole KV blocks) across group boundaries.
+            picked = picked[np.argsort(cand[c][picked], kind="stable")]
             if c not in by_value:
                 order = np.argsort(inv[c], kind="stable")
                 starts = np.searchsorted(inv[c][order], np.arange(len(cand[c]) + 1))
@@ -190,7 +195,15 @@ class _Greedy:
                 members = order[starts[v] : starts[v + 1]]
                 members = members[alive[members]]
                 taken.append(members)
-                self.solve(rows[members], child_rest, prefix + (rest[c],), depth + 1)
+                group = rows[members]
+                block = self.units.codes[group[:, None], child_rest]
+                same = (block == block[0]).all(axis=0).tolist()
+                lead = self._lead(rest[c], [u for u, s in zip(child_rest, same, strict=True) if s])
+                free = [u for u, s in zip(child_rest, same, strict=True) if not s]
+                start = len(self.out_rows)
+                self.solve(group, free, prefix + lead, depth + 1)
+                key = tuple(self.units.codes[self.out_rows[start], list(self.units.stats_order)])
+                segments.append((key, start, len(self.out_rows)))
             taken = np.concatenate(taken)
             alive[taken] = False
             score[c][picked] = 0.0
@@ -206,7 +219,20 @@ class _Greedy:
                 touched = np.unique(hit)
                 score[j][touched] = wts[j][touched] * np.maximum(cnt[j][touched] - 1, 0)
                 best[j] = score[j].max()
+        self._sort_segments(node_start, segments)
         self.emit_fallback(rows[alive], prefix, rest)
+
+    def _sort_segments(self, start: int, segments: list) -> None:
+        """Put a node's groups in the order statistics-order sorting would give their first
+        rows. Groups start with different cells, so PHC cannot drop; neighbouring groups
+        that agree on leading cells now share them (as characters and as KV blocks)."""
+        if len(segments) < 2:
+            return
+        segments.sort(key=lambda seg: seg[0])
+        rows = [r for _, a, b in segments for r in self.out_rows[a:b]]
+        ids = [i for _, a, b in segments for i in self.out_order_ids[a:b]]
+        self.out_rows[start:] = rows
+        self.out_order_ids[start:] = ids
 
     # -- pure-Python path for small sub-tables ------------------------------------------
     def _weights(self, u: int) -> list[float]:
@@ -225,6 +251,8 @@ class _Greedy:
         if len(items) == 2 and self.config.max_depth is None:
             self._pair(items, cols, rest, prefix)
             return
+        node_start, segments, vals_of = len(self.out_rows), [], dict(items)
+        in_stats_order = sorted(range(len(rest)), key=lambda c: self.rank[rest[c]])
         while len(items) > 1 and len(cols) > 1 and not self._stopped(depth):
             best_s, best_c, best_v = self.threshold, -1, -1
             columns = list(zip(*[vals for _, vals in items], strict=True))
@@ -242,8 +270,15 @@ class _Greedy:
                 break
             group = [it for it in items if it[1][best_c] == best_v]
             items = [it for it in items if it[1][best_c] != best_v]
-            sub_cols = [c for c in cols if c != best_c]
-            self._small(group, sub_cols, rest, prefix + (rest[best_c],), depth + 1)
+            first = group[0][1]
+            same = [c for c in cols if c != best_c and all(it[1][c] == first[c] for it in group)]
+            free = [c for c in cols if c != best_c and c not in same]
+            lead = self._lead(rest[best_c], [rest[c] for c in same])
+            start = len(self.out_rows)
+            self._small(group, free, rest, prefix + lead, depth + 1)
+            head = vals_of[self.out_rows[start]]
+            segments.append((tuple(head[c] for c in in_stats_order), start, len(self.out_rows)))
+        self._sort_segments(node_start, segments)
         cols = sorted(cols, key=lambda c: self.rank[rest[c]])
         if len(items) > 1:
             items.sort(key=lambda it: [it[1][c] for c in cols])
@@ -259,6 +294,12 @@ class _Greedy:
         if [a[c] for c in free] > [b[c] for c in free]:
             row_a, row_b = row_b, row_a
         self._emit([row_a, row_b], prefix + tuple(rest[c] for c in shared + free))
+
+    def _lead(self, chosen: int, constant: list[int]) -> tuple[int, ...]:
+        """The fields leading a group: the chosen one and every field constant in the group,
+        in statistics order. Any order of them gives the group the same PHC; statistics
+        order also matches how other rows lead, so prefixes are shared across groups."""
+        return tuple(sorted([chosen, *constant], key=self.rank.__getitem__))
 
     def _stopped(self, depth: int) -> bool:
         return self.config.max_depth is not None and depth >= self.config.max_depth

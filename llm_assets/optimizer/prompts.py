@@ -10,7 +10,7 @@ interpreted again.
 from __future__ import annotations
 
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +19,46 @@ from llm_assets.optimizer.schedule import Pairs, Schedule
 from llm_assets.optimizer.table import EncodedTable, TableLike, column_names, encode
 
 STYLES = ("named", "values")
+
+
+TRUNCATION_MARKER = " [truncated]"
+
+
+def render_row(head: str, names: Sequence[str], values: Sequence[str], style: str) -> str:
+    """One prompt: `head` (the instruction, newline-terminated), then one line per field."""
+    if style == "named":
+        return head + "\n".join(f"{n}: {v}" for n, v in zip(names, values, strict=True))
+    return head + "\n".join(values)
+
+
+def fit_row(
+    head: str,
+    names: Sequence[str],
+    values: Sequence[str],
+    style: str,
+    count_tokens: Callable[[str], int],
+    max_tokens: int,
+) -> str | None:
+    """The row's prompt with its longest value cut (and marked `TRUNCATION_MARKER`) just
+    enough to fit `max_tokens`; None if even an empty longest value does not fit."""
+    values = list(values)
+    longest = max(range(len(values)), key=lambda k: len(values[k]))
+    text = values[longest]
+
+    def prompt(keep: int) -> str:
+        values[longest] = text[:keep] + TRUNCATION_MARKER
+        return render_row(head, names, values, style)
+
+    if count_tokens(prompt(0)) > max_tokens:
+        return None
+    lo, hi = 0, len(text)  # invariant: prompt(lo) fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count_tokens(prompt(mid)) <= max_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return prompt(lo)
 
 
 def render_prompts(
@@ -35,15 +75,13 @@ def render_prompts(
     index = {f: j for j, f in enumerate(enc.fields)}
     positions = [[index[f] for f in order] for order in sched.orders]
     head = instruction.rstrip("\n") + "\n"
-    out = []
     codes, uniques, names = enc.codes, enc.uniques, enc.fields
+    out = []
     for row, oid in zip(sched.rows.tolist(), sched.order_ids.tolist(), strict=True):
         r = codes[row]
-        if style == "named":
-            lines = [f"{names[j]}: {uniques[j][r[j]]}" for j in positions[oid]]
-        else:
-            lines = [uniques[j][r[j]] for j in positions[oid]]
-        out.append(head + "\n".join(lines))
+        cols = positions[oid]
+        values = [uniques[j][r[j]] for j in cols]
+        out.append(render_row(head, [names[j] for j in cols], values, style))
     return out
 
 

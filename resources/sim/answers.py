@@ -1,7 +1,9 @@
 """Deterministic placeholder answers of the right shape for the simulated engine.
 
 The simulated engine never pretends to be a model: answers are a pure function of
-(prompt text, OutputSpec, max_tokens), seeded by a stable hash (blake2b), and obey the spec:
+(prompt lines, OutputSpec, max_tokens), seeded by a stable hash (blake2b) of the prompt's
+lines in sorted order (so the field order of a prompt does not change its answer), and obey
+the spec:
 
 - choice: one of the values; number: a value in [lo, hi] (an integer when both bounds are);
 - regex: a string generated from the pattern (literals, classes, repeats, groups, alternation);
@@ -38,7 +40,10 @@ _MAX_REPEAT_EXTRA = 3
 
 
 def _seed(prompt: str, spec: OutputSpec) -> int:
-    key = f"{spec!r}\x00{prompt}".encode()
+    """Stable seed of (prompt lines as a multiset, spec): reordering a prompt's fields (one
+    per line) never changes its answer, so optimizations change cost, not results."""
+    lines = "\n".join(sorted(prompt.splitlines()))
+    key = f"{spec!r}\x00{lines}".encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
 
 

@@ -12,6 +12,7 @@ import llm_assets.queries as queries_module
 from llm_assets.output_spec import OutputSpec
 from llm_assets.queries import DATASETS, QUERIES, TABLES, compile_query, pairs
 from llm_assets.query import Aggregate, Join, LLMFilter, Retrieval, Source
+from llm_assets.sql import MAX_TOKENS_TEXT
 from tests.conftest import shared_file
 from tests.llm_assets.test_query import run_fake
 
@@ -33,7 +34,7 @@ EXPECTED = {
         MOVIES,
         MOVIES_JOIN,
         [],
-        [("llm_1", M_FIELDS, TEXT, 50)],
+        [("llm_1", M_FIELDS, TEXT, MAX_TOKENS_TEXT)],
         (),
         ("llm_1",),
         None,
@@ -42,7 +43,7 @@ EXPECTED = {
         PRODUCTS,
         PRODUCTS_JOIN,
         [],
-        [("llm_1", P_FIELDS, TEXT, 50)],
+        [("llm_1", P_FIELDS, TEXT, MAX_TOKENS_TEXT)],
         (),
         ("llm_1",),
         None,
@@ -69,7 +70,7 @@ EXPECTED = {
         MOVIES,
         MOVIES_JOIN,
         ["r.review_type = 'Fresh'"],
-        [("llm_1", M_FIELDS, YES_NO, 2), ("llm_2", M_FIELDS, TEXT, 50)],
+        [("llm_1", M_FIELDS, YES_NO, 2), ("llm_2", M_FIELDS, TEXT, MAX_TOKENS_TEXT)],
         (KIDS,),
         ("llm_2",),
         None,
@@ -78,7 +79,10 @@ EXPECTED = {
         PRODUCTS,
         PRODUCTS_JOIN,
         ["r.verified = TRUE"],
-        [("llm_1", ("p.description", "r.reviewText"), YES_NO, 2), ("llm_2", P_FIELDS, TEXT, 50)],
+        [
+            ("llm_1", ("p.description", "r.reviewText"), YES_NO, 2),
+            ("llm_2", P_FIELDS, TEXT, MAX_TOKENS_TEXT),
+        ],
         (KIDS,),
         ("llm_2",),
         None,
@@ -105,7 +109,7 @@ EXPECTED = {
         (Source("s", "squad"),),
         (),
         ["NOT s.is_impossible"],
-        [("llm_1", ("context", "s.question"), TEXT, 50)],
+        [("llm_1", ("context", "s.question"), TEXT, MAX_TOKENS_TEXT)],
         (),
         ("llm_1",),
         None,

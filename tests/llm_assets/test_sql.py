@@ -243,3 +243,29 @@ def test_rejection_is_not_string_matching() -> None:
     )
     assert q.llm_calls[0].template == "DROP TABLE; is {y} good OR NOT? (SELECT 1)"
     assert q.predicates[0].sql == "a.note = 'x OR LLM(y); DELETE'"
+
+
+SCHEMA = {"reviews": ["review_content", "review_type"]}
+
+
+@pytest.mark.parametrize(
+    ("where", "facts"),
+    [
+        ("foo(r.review_type) = 1", ["unknown function foo(...)", "built-in functions only"]),
+        ("r.nope = 1", ["unknown column r.nope", "table 'reviews' has columns", "review_type"]),
+    ],
+)
+def test_predicates_over_unknown_functions_or_columns_are_rejected(where, facts):
+    sql = f"SELECT LLM('Rate {{review_content}}', r.review_content) FROM reviews r WHERE {where}"
+    with pytest.raises(SQLError) as info:
+        compile_sql(sql, tables=SCHEMA)
+    for fact in facts:
+        assert fact in str(info.value)
+
+
+def test_known_functions_and_columns_pass_the_schema_check():
+    sql = (
+        "SELECT LLM('Rate {review_content}', r.review_content) FROM reviews r "
+        "WHERE lower(r.review_type) = 'fresh'"
+    )
+    assert compile_sql(sql, tables=SCHEMA).predicates[0].columns == ("r.review_type",)

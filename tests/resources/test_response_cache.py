@@ -12,12 +12,12 @@ import pytest
 
 from llm_assets.output_spec import OutputSpec
 from resources.engine import Request, Response
+from resources.home import llm_assets_home
 from resources.response_cache import (
     CacheLockTimeout,
     EngineKey,
     ResponseCache,
     default_cache_path,
-    llm_assets_home,
 )
 
 KEY = EngineKey("openai", "llama-2-7b")
@@ -91,7 +91,7 @@ def test_default_path_follows_llm_assets_home(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("LLM_ASSETS_HOME", raising=False)
-    assert llm_assets_home() == Path(".llm_assets")
+    assert llm_assets_home() == Path(".llm_assets").resolve()
     monkeypatch.setenv("LLM_ASSETS_HOME", str(tmp_path / "home"))
     assert default_cache_path() == tmp_path / "home" / "responses.duckdb"
     assert ResponseCache().path == tmp_path / "home" / "responses.duckdb"

@@ -1,0 +1,73 @@
+"""Prompts longer than the context window: cut the longest field (marked) or fail the row
+before any token is spent."""
+
+import pandas as pd
+
+from llm_assets.assets import stages
+from llm_assets.optimizer.prompts import TRUNCATION_MARKER, fit_row
+from llm_assets.queries import compile_query
+
+Q1 = compile_query("q1", "movies")
+CALL = Q1.llm_calls[0]
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def test_fit_row_cuts_the_longest_value_just_enough():
+    head = "Do it\n"
+    values = ["short", "long " * 50]
+    fitted = fit_row(head, ["a", "b"], values, "named", words, max_tokens=20)
+    assert fitted is not None and words(fitted) <= 20
+    assert fitted.startswith("Do it\na: short\nb: long") and fitted.endswith(TRUNCATION_MARKER)
+    assert words(fitted.replace("long", "long long", 1)) > 20  # nothing more could be kept
+    assert fit_row(head, ["a", "b"], values, "named", words, max_tokens=3) is None
+
+
+def deduped():
+    rows = pd.DataFrame(
+        {
+            stages.ROW: [0, 1],
+            "movie_info": ["short info", "epic " * 300],
+            "review_content": ["fine", "ok"],
+        }
+    )
+    return stages.run_dedup(rows, ["movie_info", "review_content"], dedup=True)
+
+
+def test_fail_policy_marks_the_row_and_never_sends_it():
+    plan = stages.run_plan(
+        deduped(),
+        CALL,
+        ["movie_info", "review_content"],
+        "ggr",
+        max_prompt_tokens=100,
+        count_tokens=words,
+        context_policy="fail",
+    )
+    errors = plan["error"].dropna().tolist()
+    assert len(errors) == 1
+    assert "tokens, over the 100 the context window leaves" in errors[0]
+    assert "use 'truncate'" in errors[0]
+    sent = stages.requests_from_plan(plan, CALL)
+    assert len(sent) == 1
+    outputs = stages.outputs_frame(plan, [], CALL)
+    assert outputs["error"].notna().all()  # the unsent one keeps its planning error
+    assert outputs["error"].str.contains("context window").sum() == 1
+
+
+def test_truncate_policy_sends_a_marked_prompt_that_fits():
+    plan = stages.run_plan(
+        deduped(),
+        CALL,
+        ["movie_info", "review_content"],
+        "ggr",
+        max_prompt_tokens=100,
+        count_tokens=words,
+        context_policy="truncate",
+    )
+    assert plan["error"].isna().all() and plan["truncated"].sum() == 1
+    cut = plan.loc[plan["truncated"], "prompt"].iloc[0]
+    assert TRUNCATION_MARKER in cut and words(cut) <= 100
+    assert len(stages.requests_from_plan(plan, CALL)) == 2
