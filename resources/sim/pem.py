@@ -24,8 +24,10 @@ Eq. 6-7 (`static_priority`): ReqPrio(r) = L1(tok(r)) + L2(OL(r)), Prio(R) = sum 
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 
@@ -40,6 +42,7 @@ __all__ = [
     "pem",
     "pem_decoding",
     "pem_of",
+    "pem_queued",
     "static_priority",
 ]
 
@@ -250,6 +253,75 @@ def pem_decoding(
     if d_n:
         total += ad * d_sum + bd * d_max
     return total
+
+
+def pem_queued(
+    d_n: int,
+    d_sum: int,
+    d_max: int,
+    tokens: Sequence[int],
+    tokens_sum: int,
+    remaining: Sequence[int],
+    remaining_sum: int,
+    remaining_max: int,
+    ratio: float,
+    predictors: LinearPredictors,
+    cap: float,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+) -> float:
+    """`pem_decoding` with utoks = [t * ratio for t in `tokens`] (Eq. 11), bit for bit, for
+    a caller that keeps the sums `tokens_sum` and `remaining_sum` and the largest remaining
+    `remaining_max` of its (unchanged) waiting requests.
+
+    When every request fits one decode group (`d_n + len(tokens) <= max_num_seqs` and the
+    uncached tokens stay well below `cap`), Algorithm 1's line-4 flush never fires: only the
+    prefill packing (lines 9-11) walks the requests, and the decode group's sum and maximum come
+    from the kept figures; the floating-point operations are the same, in the same order, as
+    `pem_decoding`'s. Otherwise this is `pem_decoding`."""
+    n = len(tokens)
+    if not n or d_n + n > max_num_seqs or tokens_sum * ratio * (1.0 + 1e-9) >= cap:
+        return pem_decoding(
+            d_n,
+            d_sum,
+            d_max,
+            [t * ratio for t in tokens],
+            remaining,
+            predictors,
+            cap,
+            max_num_seqs,
+            max_num_batched_tokens,
+        )
+    ap, bp = predictors.alpha_p, predictors.beta_p
+    total = 0.0
+    if ratio > 0.0:
+        # Every u > 0. A batch's running sum p_tok is `accumulate` from its first request (the
+        # same additions in the same order), non-decreasing, so its first sum over the budget
+        # (`bisect`) is where line 9 flushes; its first request always joins.
+        utoks = list(map(ratio.__mul__, tokens))  # = t * ratio, bit for bit
+        start = 0
+        while start < n:
+            sums = list(accumulate(utoks[start:]))
+            size = bisect_right(sums, max_num_batched_tokens) or 1
+            total += ap * sums[size - 1] + bp
+            start += size
+    else:
+        p_tok = 0.0
+        p_n = 0
+        for t in tokens:
+            u = t * ratio
+            if u > 0:
+                if p_n and u + p_tok > max_num_batched_tokens:
+                    total += ap * p_tok + bp
+                    p_tok, p_n = 0.0, 0
+                p_tok += u
+                p_n += 1
+        if p_n:
+            total += ap * p_tok + bp
+    d_sum += remaining_sum
+    if remaining_max > d_max:
+        d_max = remaining_max
+    return total + (predictors.alpha_d * d_sum + predictors.beta_d * d_max)
 
 
 def cache_miss_ratio(samples: Iterable[tuple[int, int]]) -> float:

@@ -32,6 +32,7 @@ from resources.sim.block_cache import BLOCK_SIZE
 from resources.sim.policies.base import Batch, ScheduleContext, SimSeq
 
 __all__ = [
+    "CachedLookup",
     "RelQueryQueue",
     "decode_step",
     "fits",
@@ -68,6 +69,10 @@ class RelQueryQueue:
         """Every request of every relQuery that arrived, in submission order."""
         self.new_relqueries: list[str] = []
         """RelQueries that arrived since the policy last cleared this list."""
+        self.stamp: dict[str, int] = {}
+        """Per relQuery, a counter bumped whenever its waiting requests change (arrival,
+        admission, preemption): equal stamps mean the same waiting requests, so a policy may
+        reuse what it derived from them."""
 
     # -- deque interface -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -101,6 +106,7 @@ class RelQueryQueue:
         members.append(seq)
         self._group(rid).append(seq)
         self._len += 1
+        self.stamp[rid] = self.stamp.get(rid, 0) + 1
 
     def extend(self, seqs) -> None:
         for seq in seqs:
@@ -108,8 +114,10 @@ class RelQueryQueue:
 
     def appendleft(self, seq: SimSeq) -> None:
         """A preempted request: back to the front of its relQuery."""
-        self._group(seq.relquery_id).appendleft(seq)
+        rid = seq.relquery_id
+        self._group(rid).appendleft(seq)
         self._len += 1
+        self.stamp[rid] = self.stamp.get(rid, 0) + 1
 
     def popleft(self) -> SimSeq:
         self._ensure_order()
@@ -117,6 +125,7 @@ class RelQueryQueue:
         group = self._groups[rid]
         seq = group.popleft()
         self._len -= 1
+        self.stamp[rid] = self.stamp.get(rid, 0) + 1
         if not group:
             del self._groups[rid]
             self._order.pop(0)
@@ -173,20 +182,91 @@ class RelQueryQueue:
             self._dirty = False
 
 
-def sort_running(running: list[SimSeq], queue: RelQueryQueue) -> None:
+class CachedLookup:
+    """`ctx.lookup(seq)` remembered for as long as it provably gives the same blocks.
+
+    The prefix-cache index (hash -> block) gains entries only by registration (which never
+    re-keys a hash already cached) and loses them only by eviction; `num_cached +
+    num_evictions` of a `BlockPool` counts registrations. A remembered look-up that found L
+    blocks is still exact
+    - when neither happened since it was checked;
+    - after registrations only, when its first missing hash (if it may cover one more block)
+      is still missing: the blocks found cannot have changed;
+    - after evictions only, when each hash it found is still cached: none was re-keyed;
+    and is looked up again otherwise. The lists returned are shared: callers only read them.
+    `reset()` at the start of a run; `sync(ctx)` whenever the pool may have changed, then
+    `get(seq)`."""
+
+    __slots__ = ("_ctx", "_evictions", "_memo", "_pool", "_registrations")
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._pool: object = None
+        self._registrations = -1
+        self._evictions = -1
+        self._memo: dict[SimSeq, tuple[int, int, int, list[int]]] = {}
+        """seq -> (its num_tokens, registrations and evictions when last checked, blocks)."""
+        self._ctx: ScheduleContext | None = None
+
+    def sync(self, ctx: ScheduleContext) -> None:
+        """Take note of the pool's state; `get` answers for that state."""
+        pool = ctx.pool
+        if pool is not self._pool:
+            self._pool = pool
+            self._memo = {}
+        self._evictions = pool.num_evictions
+        self._registrations = pool.num_cached + self._evictions
+        self._ctx = ctx
+
+    def get(self, seq: SimSeq) -> list[int]:
+        """`ctx.lookup(seq)` for the pool as of the latest `sync`."""
+        memo = self._memo
+        hit = memo.get(seq)
+        evictions, registrations = self._evictions, self._registrations
+        if hit is not None and hit[0] == seq.num_tokens:
+            blocks = hit[3]
+            same_reg, same_ev = hit[1] == registrations, hit[2] == evictions
+            if same_reg and same_ev:
+                return blocks
+            pool = self._pool
+            if same_ev:  # registrations only: can the look-up reach one more block?
+                found = len(blocks)
+                if found >= min(len(seq.hashes), (seq.num_tokens - 1) // BLOCK_SIZE) or (
+                    not pool.is_cached(seq.hashes[found])  # type: ignore[attr-defined]
+                ):
+                    memo[seq] = (hit[0], registrations, evictions, blocks)
+                    return blocks
+            elif same_reg and all(map(pool.is_cached, seq.hashes[: len(blocks)])):  # type: ignore[attr-defined]
+                memo[seq] = (hit[0], registrations, evictions, blocks)
+                return blocks
+        blocks = self._ctx.lookup(seq)  # type: ignore[union-attr]
+        memo[seq] = (seq.num_tokens, registrations, evictions, blocks)
+        return blocks
+
+    def __call__(self, ctx: ScheduleContext, seq: SimSeq) -> list[int]:
+        """`sync(ctx)` then `get(seq)`."""
+        self.sync(ctx)
+        return self.get(seq)
+
+
+def sort_running(running: list[SimSeq], queue: RelQueryQueue) -> bool:
     """Order `running` by its relQueries' (priority, tiebreak) (stable sort), the waiting
     queue's order; the tiebreak is the arrival unless a policy set it. The check runs
     over the runs of equal relQuery in `running` (few), so a sorted queue costs one C-level
-    pass."""
+    pass. True if `running` was re-sorted (its relQueries may have changed order)."""
     if len(running) > 1:
         prio, tiebreak = queue.priority, queue.tiebreak
         runs = [rid for rid, _ in groupby(map(_relquery_id, running))]
         if len(runs) == 1:
-            return
+            return False
         keys = [(prio[rid], tiebreak[rid]) for rid in runs]
         if not all(map(operator.le, keys, keys[1:])):
             key = dict(zip(runs, keys, strict=True))
             running.sort(key=lambda s: key[s.relquery_id])
+            return True
+    return False
 
 
 def fits(

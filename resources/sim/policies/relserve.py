@@ -12,6 +12,8 @@ Each iteration (Fig. 6, steps 2-4):
    starvation threshold holds (`RelServeConfig.enable_starvation_preemption`);
 4. the chosen batch is formed with vLLM v0's steps (`priority.prefill_step` / `decode_step`).
 
+5. the updater's bookkeeping for the next iteration (`DynamicPriorityUpdater.after_batch`).
+
 Invariants: the batch is a prefill batch or a decode batch, never both; budgets, watermark and
 cache are vLLM v0's (as `fcfs` and `static-priority`); policies change timing, never answers.
 `overhead()` reports the wall seconds of the updater and of the arranger in the latest run, and
@@ -63,6 +65,7 @@ class RelServePolicy:
         self.config = config or RelServeConfig()
         self.updater = DynamicPriorityUpdater(self.config.updater)
         self.arranger = AdaptiveBatchArranger(self.config.arranger)
+        self.arranger.lookup = self.updater.lookup
         self.cases: dict[str, int] = {}
         """Arranger decisions of the latest run by case ("internal/prefill", ...)."""
         self._arranger_s = 0.0
@@ -88,9 +91,10 @@ class RelServePolicy:
     def schedule(
         self, waiting: RelQueryQueue, running: list[SimSeq], ctx: ScheduleContext
     ) -> Batch:
-        self.updater.update(waiting, running, ctx)
+        updater = self.updater
+        updater.update(waiting, running, ctx)
         t0 = time.perf_counter()
-        sort_running(running, waiting)
+        resorted = sort_running(running, waiting)
         waiting.reorder()
         t1 = time.perf_counter()
         self._queue_s += t1 - t0
@@ -99,17 +103,26 @@ class RelServePolicy:
             waiting
             and self.config.enable_starvation_preemption
             and waiting.priority[waiting[0].relquery_id] == 0.0
-            and arranger.prefill_candidate(waiting, running, ctx, max_requests=1) is None
+            and arranger.head_candidate(waiting, running, ctx) is None
+            and priority_preemption(waiting, running, ctx)
         ):
-            priority_preemption(waiting, running, ctx)
-        remaining = {rid: stats[2] for rid, stats in self.updater.decoding.items()}
-        decision = arranger.decide(waiting, running, ctx, self.updater.predictors(ctx), remaining)
-        key = f"{decision.case}/{decision.kind}"
-        self.cases[key] = self.cases.get(key, 0) + 1
+            resorted = True  # running lost requests: the updater recounts
+        decision = arranger.decide(
+            waiting, running, ctx, updater.predictors(ctx), decoding=updater.decoding
+        )
+        cases = self.cases
+        cases[decision.key] = cases.get(decision.key, 0) + 1
         self._arranger_s += time.perf_counter() - t1
         if decision.kind == "prefill":
             assert decision.candidate is not None
             rid = decision.candidate.relquery_id
             batch = prefill_step(waiting, running, ctx, relquery_id=rid)
-            return batch or decode_step(waiting, running, ctx)
-        return decode_step(waiting, running, ctx) or prefill_step(waiting, running, ctx)
+            kind = "prefill"
+            if not batch:
+                batch, kind = decode_step(waiting, running, ctx), "decode"
+        else:
+            batch, kind = decode_step(waiting, running, ctx), "decode"
+            if not batch:
+                batch, kind = prefill_step(waiting, running, ctx), "prefill"
+        updater.after_batch(kind, batch, running, ctx, resorted)
+        return batch

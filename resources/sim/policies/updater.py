@@ -26,6 +26,14 @@ that completed before t excluded):
   large relQueries (relserve.txt Fig. 12), since a started relQuery can otherwise be paused
   behind every shorter newcomer.
 
+Overhead (bookkeeping only; every value is the one a plain recomputation gives, bit for bit,
+pinned by tests/resources/sim/test_relserve_overhead.py): the per-relQuery decoding stats are
+predicted from the batch just formed (`after_batch`) instead of recounted over the running
+queue; a relQuery's waiting tok/remaining lists and their sums are kept until its waiting
+requests change (`RelQueryQueue.stamp`); PEM of waiting requests that fit one decode group
+packs the prefill batches with C-level running sums (`pem.pem_queued`); the sampled
+look-ups of Eq. 11 go through `priority.CachedLookup`, shared with the arranger.
+
 Invariants: every relQuery present in the waiting queue has a priority in
 `queue.priority`; priorities are seconds (>= 0); a relQuery leaves the updater's state once
 all its requests have finished.
@@ -40,9 +48,9 @@ from itertools import groupby
 from operator import attrgetter, sub
 
 from resources.sim.block_cache import BLOCK_SIZE
-from resources.sim.pem import LinearPredictors, pem_decoding
-from resources.sim.policies.base import ScheduleContext, SimSeq
-from resources.sim.policies.priority import RelQueryQueue
+from resources.sim.pem import LinearPredictors, pem_queued
+from resources.sim.policies.base import Batch, ScheduleContext, SimSeq
+from resources.sim.policies.priority import CachedLookup, RelQueryQueue
 
 __all__ = ["DynamicPriorityUpdater", "UpdaterConfig", "max_iteration_s"]
 
@@ -100,6 +108,11 @@ class DynamicPriorityUpdater:
         self.config = config or UpdaterConfig()
         self._predictors: LinearPredictors | None = None
         self._fitted_for: object = None
+        self.lookup = CachedLookup()
+        """Prefix-cache look-ups, remembered while the cache index is unchanged (shared with
+        the arranger by `RelServePolicy`)."""
+        self.verify = False
+        """Check every predicted `decoding` against a full recount (tests)."""
         self.start_run()
 
     def start_run(self) -> None:
@@ -110,6 +123,7 @@ class DynamicPriorityUpdater:
         self._starving: set[str] = set()
         """RelQueries that crossed the threshold: priority 0 until they finish."""
         self._rng = random.Random(self.config.seed)
+        self.lookup.reset()
         self.num_pem = 0
         """PEM evaluations this run."""
         self.num_reused = 0
@@ -121,6 +135,18 @@ class DynamicPriorityUpdater:
         self.decoding: dict[str, tuple[int, int, int]] = {}
         """Per running relQuery at the latest update: (running requests, total and largest
         remaining output steps)."""
+        self._predicted: dict[str, tuple[int, int, int]] | None = None
+        self._tops: dict[str, int] = {}
+        """Per running relQuery: how many of its running requests have its largest remaining
+        steps (kept with `decoding`, so that a finished request's share can be removed)."""
+        self._batch: Batch = []
+        """`decoding` as the next update will find it (`after_batch`), if no request finishes."""
+        self._end_len = 0
+        self._mark_len = 0
+        self._mark_preemptions = 0
+        self._queued: dict[str, tuple[int, list[int], int, list[int], int, int]] = {}
+        """Per relQuery: (queue stamp, tok and remaining steps of its waiting requests, their
+        sums, largest remaining), reused while its waiting requests do not change."""
 
     def predictors(self, ctx: ScheduleContext) -> LinearPredictors:
         """Eq. 9 fitted to the engine's cost model (refitted when the model changes)."""
@@ -147,7 +173,24 @@ class DynamicPriorityUpdater:
         new = waiting.new_relqueries
         for rid in new:
             live[rid] = None
-        decoding = _decoding_stats(running)
+        predicted = self._predicted
+        self._predicted = None
+        decoding = None
+        if predicted is not None:
+            if len(running) == self._end_len:
+                decoding = predicted  # no request finished since `after_batch` predicted it
+            else:
+                decoding = self._drop_finished(predicted, running)
+            if decoding is not None and self.verify:
+                full = _decoding_stats(running)
+                assert decoding == full, (decoding, full)
+                assert list(decoding) == list(full), (list(decoding), list(full))
+                assert self._tops == _decoding_stats_tops(running)[1]
+        if decoding is None:
+            decoding, self._tops = _decoding_stats_tops(running)
+        self._mark_preemptions = ctx.num_preemptions
+        self._mark_len = len(running)
+        self.lookup.sync(ctx)
         if cfg.enable_reuse:
             visit = self._prev_running.union(decoding, new)
         else:
@@ -156,6 +199,7 @@ class DynamicPriorityUpdater:
         pred = self.predictors(ctx)
         cap = (ctx.pool.num_blocks - ctx.watermark_blocks) * BLOCK_SIZE
         alpha_d, beta_d = pred.alpha_d, pred.beta_d
+        stamps = waiting.stamp
         visited = 0
         for rid in sorted(visit):  # sorted: the sampler draws in a reproducible order
             if rid not in live:
@@ -165,11 +209,12 @@ class DynamicPriorityUpdater:
             if rid in self._starving and (queued or stats):
                 value = 0.0
             elif queued:
-                value = self._pem(queued, stats or (0, 0, 0), pred, cap, ctx)
+                value = self._pem(rid, stamps[rid], queued, stats or (0, 0, 0), pred, cap, ctx)
             elif stats:  # all running (<= max_num_seqs): one decode group (Algorithm 1)
                 value = alpha_d * stats[1] + beta_d * stats[2]
             else:  # every request finished
                 del live[rid]
+                self._queued.pop(rid, None)
                 continue
             visited += 1
             waiting.set_priority(rid, value)
@@ -179,23 +224,120 @@ class DynamicPriorityUpdater:
         self.decoding = decoding
         threshold = cfg.starvation_threshold_s
         if threshold is not None:
-            horizon = ctx.now + cfg.starvation_lookahead_iterations * max_iteration_s(ctx)
-            starving = False
-            for rid in live:
-                if rid in self._starving or not waiting.waiting_of(rid):
-                    continue
-                n0 = ctx.relquery_sizes.get(rid) or len(waiting.members[rid])
-                arrival = waiting.arrival[rid]
-                if (horizon - arrival) / n0 > threshold:  # Eq. 13
-                    waiting.set_priority(rid, 0.0)
-                    waiting.set_tiebreak(rid, arrival + threshold * n0)  # earliest deadline first
-                    self._starving.add(rid)
-                    starving = True
-            self.num_starving += starving
+            self._check_starvation(waiting, ctx, threshold)
         self.seconds += time.perf_counter() - t0
+
+    def after_batch(
+        self,
+        kind: str,
+        batch: Batch,
+        running: list[SimSeq],
+        ctx: ScheduleContext,
+        resorted: bool,
+    ) -> None:
+        """Bookkeeping after the policy formed this iteration's batch: predict the next
+        update's per-relQuery decoding stats from this one's, so that `update` need not walk
+        the running queue again (it does when no prediction could be made, or when requests
+        finished in a way `_drop_finished` cannot account for). `kind` is "prefill" or
+        "decode"; `resorted` whether `priority.sort_running` changed the running queue's order
+        after `update` (the prediction is then re-keyed in the new order).
+
+        Exact: a decode batch holds every running request (`priority.decode_step` without a
+        preemption), each of which generates one token, so each relQuery's remaining steps
+        drop by its running count and its largest by one; a (whole-prompt) prefill batch adds
+        its requests, each with one token generated. No prediction after a preemption or with
+        the "keep-long" order (the engine re-sorts `running`). The order of the stats is the
+        order of first appearance in the running queue, as `_decoding_stats` gives it (the
+        order of Eq. 15's sum)."""
+        t0 = time.perf_counter()
+        self._predicted = None
+        self._end_len = len(running)
+        if ctx.num_preemptions != self._mark_preemptions or ctx.preemption_order != "recent":
+            self.seconds += time.perf_counter() - t0
+            return
+        current = self.decoding
+        self._batch = batch
+        if kind == "decode":
+            if len(running) == self._mark_len and len(batch) == len(running):
+                self._predicted = {
+                    rid: (n, total - n, top - 1) for rid, (n, total, top) in current.items()
+                }
+        elif len(running) == self._mark_len + len(batch):
+            predicted = dict(current)
+            tops = self._tops
+            for seq, _ in batch:
+                rid = seq.relquery_id
+                rem = seq.max_tokens - seq.generated - 1
+                prev = predicted.get(rid)
+                if prev is None:
+                    predicted[rid] = (1, rem, rem)
+                    tops[rid] = 1
+                else:
+                    n, total, top = prev
+                    if rem > top:
+                        top = rem
+                        tops[rid] = 1
+                    elif rem == top:
+                        tops[rid] += 1
+                    predicted[rid] = (n + 1, total + rem, top)
+            self._predicted = predicted
+        if resorted and self._predicted is not None:  # first appearance in `running`, now
+            predicted = self._predicted
+            self._predicted = {
+                rid: predicted[rid] for rid in dict.fromkeys(map(_relquery_id, running))
+            }
+        self.seconds += time.perf_counter() - t0
+
+    def _drop_finished(
+        self, predicted: dict[str, tuple[int, int, int]], running: list[SimSeq]
+    ) -> dict[str, tuple[int, int, int]] | None:
+        """`predicted` less the requests of the last batch that finished, or None when that
+        cannot be told without recounting (a relQuery lost every request holding its largest
+        remaining steps, or the running queue's relQueries are not in the predicted order)."""
+        finished = [seq for seq, _ in self._batch if seq.finish_s >= 0.0]
+        if len(running) + len(finished) != self._end_len:
+            return None
+        out = dict(predicted)
+        tops = self._tops
+        for seq in finished:
+            rid = seq.relquery_id
+            rem = seq.max_tokens - seq.generated
+            n, total, top = out[rid]
+            if n == 1:
+                del out[rid]
+                del tops[rid]
+                continue
+            if rem == top:
+                if tops[rid] == 1:
+                    return None
+                tops[rid] -= 1
+            out[rid] = (n - 1, total - rem, top)
+        runs = [rid for rid, _ in groupby(map(_relquery_id, running))]
+        if runs != list(out):
+            return None
+        return out
+
+    def _check_starvation(self, waiting: RelQueryQueue, ctx: ScheduleContext, threshold: float):
+        """Eq. 13 (see the module docstring)."""
+        cfg = self.config
+        horizon = ctx.now + cfg.starvation_lookahead_iterations * max_iteration_s(ctx)
+        starving = False
+        for rid in self._live:
+            if rid in self._starving or not waiting.waiting_of(rid):
+                continue
+            n0 = ctx.relquery_sizes.get(rid) or len(waiting.members[rid])
+            arrival = waiting.arrival[rid]
+            if (horizon - arrival) / n0 > threshold:  # Eq. 13
+                waiting.set_priority(rid, 0.0)
+                waiting.set_tiebreak(rid, arrival + threshold * n0)  # earliest deadline first
+                self._starving.add(rid)
+                starving = True
+        self.num_starving += starving
 
     def _pem(
         self,
+        rid: str,
+        stamp: int,
         queued,
         decoding: tuple[int, int, int],
         pred: LinearPredictors,
@@ -203,44 +345,59 @@ class DynamicPriorityUpdater:
         ctx: ScheduleContext,
     ) -> float:
         """PEM(R_t) in seconds: `decoding` is (count, total, largest) of the remaining output
-        steps of R's running requests, `queued` its waiting requests (in queue order)."""
+        steps of R's running requests, `queued` its waiting requests (in queue order), `stamp`
+        the queue's stamp of them (what was derived from them is kept until it changes)."""
         mns, mnbt = ctx.max_num_seqs, ctx.max_num_batched_tokens
-        if not queued:
-            return pem_decoding(*decoding, (), (), pred, cap, mns, mnbt)
+        kept = self._queued.get(rid)
+        if kept is None or kept[0] != stamp:
+            toks = [s.num_tokens for s in queued]
+            rems = [s.max_tokens - s.generated for s in queued]
+            kept = (stamp, toks, sum(toks), rems, sum(rems), max(rems))
+            self._queued[rid] = kept
+        _, toks, tok_sum, rems, rem_sum, rem_max = kept
         k = self.config.num_samples
-        n = len(queued)
+        n = len(toks)
         if n <= k:
             sample = queued
         else:  # k requests drawn uniformly (with replacement: cheaper, same expectation)
             draw = self._rng.random
             sample = [queued[int(draw() * n)] for _ in range(k)]
         tok = utok = 0
+        lookup = self.lookup.get  # synced at the start of `update`
         for s in sample:
             tok += s.num_tokens
-            utok += s.num_tokens - len(ctx.lookup(s)) * BLOCK_SIZE
+            utok += s.num_tokens - len(lookup(s)) * BLOCK_SIZE
         ratio = utok / tok if tok else 1.0  # Eq. 11
-        return pem_decoding(
-            *decoding,
-            [s.num_tokens * ratio for s in queued],
-            [s.max_tokens - s.generated for s in queued],
-            pred,
-            cap,
-            mns,
-            mnbt,
+        return pem_queued(
+            *decoding, toks, tok_sum, rems, rem_sum, rem_max, ratio, pred, cap, mns, mnbt
         )
 
 
 def _decoding_stats(running: list[SimSeq]) -> dict[str, tuple[int, int, int]]:
-    """Per relQuery: (running requests, their total and largest remaining output steps).
-    Runs of one relQuery are contiguous in a sorted running queue, so this is a few C-level
-    passes per relQuery rather than a Python loop per request."""
+    """Per relQuery: (running requests, their total and largest remaining output steps)."""
+    return _decoding_stats_tops(running)[0]
+
+
+def _decoding_stats_tops(
+    running: list[SimSeq],
+) -> tuple[dict[str, tuple[int, int, int]], dict[str, int]]:
+    """`_decoding_stats`, and per relQuery how many of its running requests have the largest
+    remaining steps. Runs of one relQuery are contiguous in a sorted running queue, so this is
+    a few C-level passes per relQuery rather than a Python loop per request."""
     out: dict[str, tuple[int, int, int]] = {}
+    tops: dict[str, int] = {}
     for rid, group in groupby(running, _relquery_id):
         seqs = list(group)
         rems = list(map(sub, map(_max_tokens, seqs), map(_generated, seqs)))
         n, total, top = len(rems), sum(rems), max(rems)
+        count = rems.count(top)
         prev = out.get(rid)
         if prev is not None:
-            n, total, top = n + prev[0], total + prev[1], max(top, prev[2])
+            if prev[2] > top:
+                top, count = prev[2], tops[rid]
+            elif prev[2] == top:
+                count += tops[rid]
+            n, total = n + prev[0], total + prev[1]
         out[rid] = (n, total, top)
-    return out
+        tops[rid] = count
+    return out, tops

@@ -1,0 +1,194 @@
+"""RelServe's overhead work (incremental bookkeeping, cached estimates, bounded arranger
+decisions) changes no scheduling decision: the decisions are pinned to those of the
+implementation before that work, and each shortcut is checked against its plain computation."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from resources.sim import ApproxTokenizer, SimulatedEngine
+from resources.sim.block_cache import BlockPool, block_hashes
+from resources.sim.pem import LinearPredictors, pem_decoding, pem_queued
+from resources.sim.policies import RelServeConfig, RelServePolicy
+from resources.sim.policies.arranger import AdaptiveBatchArranger
+from resources.sim.policies.base import ScheduleContext, SimSeq
+from resources.sim.policies.priority import CachedLookup, RelQueryQueue
+from resources.sim.policies.updater import UpdaterConfig
+from resources.sim.workload import WorkloadConfig, generate_workload
+
+WORKLOAD = WorkloadConfig(rate=0.7, num_relqueries=25, seed=1)
+
+# Recorded with the implementation before the overhead work (git HEAD of issue 6): per-relQuery
+# latencies (exact floats), the arranger's decisions by case, iterations and preemptions.
+PINNED = {
+    None: (
+        [
+            0.6634474736037048,
+            7.915240001033887,
+            16.913717699960316,
+            6.602174111186984,
+            50.462961947126296,
+            4.063378859721789,
+            0.7041758499233666,
+            1.0407767173275193,
+            12.926049361631234,
+            2.696078699582767,
+            5.748540436280038,
+            2.3179498469597384,
+            14.630346008832227,
+            32.713560755571194,
+            4.60393829815494,
+            29.688867221854682,
+            3.8432469604290347,
+            12.557204626844527,
+            1.3748903431623773,
+            2.711369311166436,
+            5.910685739876424,
+            31.163153846606452,
+            11.895005008420732,
+            8.84655859272791,
+            7.60365762630952,
+        ],
+        {
+            "internal/prefill": 21,
+            "only-decode/decode": 333,
+            "only-prefill/prefill": 8,
+            "preemption/prefill": 4,
+            "transitional/decode": 290,
+            "transitional/prefill": 73,
+        },
+        729,
+        185,
+    ),
+    0.5: (
+        [
+            0.6634474736037048,
+            7.915240001033887,
+            16.913717699960316,
+            6.602174111186984,
+            43.76650906031773,
+            4.063378859721789,
+            0.7041758499233666,
+            1.0407767173275193,
+            13.313433994682503,
+            2.696078699582767,
+            5.748540436280038,
+            2.3179498469597384,
+            10.56414138124665,
+            31.012484464751008,
+            4.820029873259436,
+            28.55485262496867,
+            4.368705561931456,
+            13.168548223200855,
+            1.0472944829468354,
+            3.0549548896280143,
+            5.311902093474497,
+            31.821471348231288,
+            12.517307406596501,
+            6.573434765280631,
+            18.081734313700345,
+        ],
+        {
+            "internal/prefill": 31,
+            "only-decode/decode": 302,
+            "only-prefill/prefill": 9,
+            "preemption/prefill": 6,
+            "transitional/decode": 391,
+            "transitional/prefill": 42,
+        },
+        781,
+        172,
+    ),
+}
+
+
+def run(threshold: float | None, verify: bool = False):
+    policy = RelServePolicy(RelServeConfig(updater=UpdaterConfig(starvation_threshold_s=threshold)))
+    policy.updater.verify = verify
+    engine = SimulatedEngine("A100-40GB", "opt-13b", policy, tokenizer=ApproxTokenizer())
+    return engine.run_workload(generate_workload(WORKLOAD)), policy
+
+
+@pytest.mark.parametrize("threshold", [None, 0.5])
+def test_decisions_are_pinned(threshold: float | None) -> None:
+    result, policy = run(threshold)
+    latencies, cases, iterations, preemptions = PINNED[threshold]
+    assert [t.latency_s for t in result.timings] == latencies  # exact, not approximate
+    assert dict(sorted(policy.cases.items())) == cases
+    assert (result.num_iterations, result.num_preemptions) == (iterations, preemptions)
+
+
+@pytest.mark.parametrize("threshold", [None, 0.5])
+def test_predicted_decoding_stats_match_a_full_recount(threshold: float | None) -> None:
+    # verify=True: every iteration's incrementally predicted stats (values, order, top counts)
+    # are asserted equal to a recount over the running queue
+    run(threshold, verify=True)
+
+
+def test_pem_queued_is_pem_decoding_bit_for_bit() -> None:
+    pred = LinearPredictors(1.1e-4, 0.013, 3.3e-5, 0.021)
+    rng = random.Random(0)
+    for _ in range(3000):
+        n = rng.randint(1, 120)
+        toks = [rng.randint(1, 2000) for _ in range(n)]
+        rems = [rng.randint(1, 100) for _ in range(n)]
+        ratio = rng.choice([rng.random(), 1.0, 1 / 3, 0.0])
+        n_run = rng.randint(0, 50)
+        dec = (n_run, n_run * rng.randint(0, 20), rng.randint(0, 100) if n_run else 0)
+        cap = rng.choice([1e9, 15000.0, 3000.0])
+        mns, mnbt = rng.choice([256, 60]), rng.choice([2048, 512, 100])
+        utoks = [t * ratio for t in toks]
+        want = pem_decoding(*dec, utoks, rems, pred, cap, mns, mnbt)
+        got = pem_queued(
+            *dec, toks, sum(toks), rems, sum(rems), max(rems), ratio, pred, cap, mns, mnbt
+        )
+        assert got == want
+
+
+def _seq(i: int, ids: list[int]) -> SimSeq:
+    return SimSeq(i, f"r{i}", len(ids), block_hashes(ids), 5, relquery_id="q")
+
+
+def test_cached_lookup_follows_registrations_and_evictions() -> None:
+    pool = BlockPool(8, True)
+    ctx = ScheduleContext(pool=pool, max_num_seqs=8, max_num_batched_tokens=512)
+    cached = CachedLookup()
+    seq = _seq(0, list(range(64)))
+    assert cached(ctx, seq) == ctx.lookup(seq) == []
+    blocks = pool.allocate(4)
+    pool.register(blocks[:3], seq.hashes[:3])  # a registration: the look-up grows
+    assert cached(ctx, seq) == ctx.lookup(seq) == blocks[:3]
+    pool.free(blocks)
+    pool.allocate(7)  # evicts cached blocks from the free queue: the look-up shrinks
+    assert pool.num_evictions > 0
+    assert cached(ctx, seq) == ctx.lookup(seq) == blocks[:1]
+
+
+def test_head_candidate_agrees_with_the_one_request_dry_run() -> None:
+    rng = random.Random(1)
+    arranger = AdaptiveBatchArranger()
+    for _ in range(200):
+        pool = BlockPool(rng.randint(2, 40), True)
+        ctx = ScheduleContext(
+            pool=pool,
+            max_num_seqs=rng.randint(1, 4),
+            max_num_batched_tokens=rng.choice([64, 256, 2048]),
+            watermark_blocks=rng.randint(0, 2),
+        )
+        queue = RelQueryQueue()
+        for i in range(3):
+            queue.append(_seq(i, list(range(rng.randint(1, 400)))))
+        running = [_seq(10 + i, [1]) for i in range(rng.randint(0, 4))]
+        held = pool.allocate(rng.randint(0, pool.num_blocks))
+        pool.free(held[: len(held) // 2])
+        fast = arranger.head_candidate(queue, running, ctx)
+        slow = arranger.prefill_candidate(queue, running, ctx, max_requests=1)
+        assert (fast is None) == (slow is None)
+        if fast is not None:
+            assert (fast.relquery_id, fast.num_requests, fast.output_limit) == (
+                slow.relquery_id,
+                slow.num_requests,
+                slow.output_limit,
+            )
