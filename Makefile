@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 HOME_DIR := $(CURDIR)/.llm_assets
-export DAGSTER_HOME ?= $(HOME_DIR)/dagster_home
+DAGSTER_HOME ?= $(HOME_DIR)/dagster_home
 
 .PHONY: install demo dev mlflow-ui test lint format clean
 
@@ -20,14 +20,14 @@ install: $(STAMP)
 demo: $(STAMP)
 	@mkdir -p $(DAGSTER_HOME)
 	@echo "Running benchmark_job (Q1-Q5, paper-sized synthetic data, simulated engine)..."
-	@$(VENV)/bin/dagster job execute -m jobs.definitions -j benchmark_job \
+	@DAGSTER_HOME=$(DAGSTER_HOME) $(VENV)/bin/dagster job execute -m jobs.definitions -j benchmark_job \
 		> $(HOME_DIR)/demo.log 2>&1 || (tail -40 $(HOME_DIR)/demo.log; exit 1)
 	@grep -o "RUN_SUCCESS.*" $(HOME_DIR)/demo.log | tail -1
 	@$(VENV)/bin/llm-assets summary
 
 dev: $(STAMP)
 	@mkdir -p $(DAGSTER_HOME)
-	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	DAGSTER_HOME=$(DAGSTER_HOME) $(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 mlflow-ui: $(STAMP)
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(HOME_DIR)/mlflow.db \

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import deque
 
 from resources.sim.policies.base import Batch, ScheduleContext, SimSeq
+from resources.sim.policies.priority import decode_step
 
 
 class VLLMv0Policy:
@@ -38,17 +39,4 @@ class VLLMv0Policy:
                 seq.cached_tokens = seq.num_computed
             batch.append((seq, num_new))
             budget -= num_new
-        if batch:
-            return batch
-        i = 0
-        while i < len(running):
-            seq = running[i]
-            while not ctx.allocate(seq, 1):
-                victim = running.pop()
-                ctx.preempt(victim)
-                waiting.appendleft(victim)
-                if victim is seq:
-                    return batch
-            batch.append((seq, 1))
-            i += 1
-        return batch
+        return batch or decode_step(waiting, running, ctx)
