@@ -288,10 +288,8 @@ def markdown(out: dict) -> str:
             f"{rate}/s {pol['relserve']['rate'][str(rate)]['updater_arranger_pct_of_wall']:.1f}%"
             for rate in rates
         )
-        + ". These shares move by +-3 points from run to run on a shared 2-core machine; "
-        "back to back on the same load (3 seeds x 2 repetitions, medians), the overhead work "
-        "took them from 26.3 / 30.0 / 29.4% to 22.1 / 25.3 / 25.4% at 0.35 / 0.5 / 0.7/s, "
-        "with no decision changed.",
+        + ". These shares move by about +-3 points from run to run on a shared 2-core "
+        "machine (the simulator itself takes well under a second per trace).",
         "",
     ]
     lines += gap_analysis(out)

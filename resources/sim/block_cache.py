@@ -29,7 +29,7 @@ Model (vLLM v1, `vllm/v1/core/kv_cache_manager.py`, `block_pool.py`, `kv_cache_u
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 __all__ = ["BLOCK_SIZE", "BlockPool", "block_hashes"]
 
@@ -67,6 +67,8 @@ class BlockPool:
         # Insertion-ordered dict as an O(1) LRU queue: head = next to evict.
         self._free: dict[int, None] = dict.fromkeys(range(num_blocks))
         self.num_evictions = 0
+        self._num_dropped = 0
+        """Hashes forgotten by `reset` (with `num_evictions`, every removal from the index)."""
 
     # -- queries -------------------------------------------------------------------------------
     @property
@@ -83,6 +85,22 @@ class BlockPool:
 
     def is_cached(self, block_hash: int) -> bool:
         return block_hash in self._block_of
+
+    @property
+    def index_version(self) -> int:
+        """A counter that grows with every change of the prefix-cache index (a hash registered,
+        evicted or forgotten by `reset`) and with nothing else: while it is unchanged, every
+        `lookup` gives the same blocks. O(1); computed from the counts, so no mutation pays
+        for it (every removal was an insertion: insertions = `num_cached` + removals)."""
+        removals = self.num_evictions + self._num_dropped
+        return len(self._block_of) + 2 * removals
+
+    def index_getter(self) -> Callable[[int], int | None]:
+        """Read access to the prefix-cache index for callers that walk many prefixes: a
+        function from a hash to the block that caches it, or None (the index's own `get`,
+        C-level; it cannot change the index). Follows every later registration and eviction,
+        until `reset`. `lookup` is that walk over a prompt's hashes."""
+        return self._block_of.get
 
     def lookup(self, hashes: Sequence[int], num_tokens: int) -> list[int]:
         """Blocks of the longest cached prefix of `hashes`, never covering the last of `num_tokens`.
@@ -165,6 +183,7 @@ class BlockPool:
         """Forget every cached prefix. Only valid when no block is held."""
         if any(self._ref):
             raise RuntimeError("cannot reset the prefix cache while sequences hold blocks")
+        self._num_dropped += len(self._block_of)
         self._hash_of = [None] * self.num_blocks
         self._block_of = {}
         self._free = dict.fromkeys(range(self.num_blocks))

@@ -27,7 +27,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, repeat
+from operator import mul
 
 import numpy as np
 
@@ -298,7 +299,7 @@ def pem_queued(
         # Every u > 0. A batch's running sum p_tok is `accumulate` from its first request (the
         # same additions in the same order), non-decreasing, so its first sum over the budget
         # (`bisect`) is where line 9 flushes; its first request always joins.
-        utoks = list(map(ratio.__mul__, tokens))  # = t * ratio, bit for bit
+        utoks = list(map(mul, tokens, repeat(ratio, n)))  # = t * ratio, bit for bit
         start = 0
         while start < n:
             sums = list(accumulate(utoks[start:]))

@@ -32,7 +32,7 @@ Delta settle its sign, with margins far above rounding) and look-ups go through 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import attrgetter, sub
+from operator import attrgetter
 
 from resources.sim.block_cache import BLOCK_SIZE
 from resources.sim.pem import LinearPredictors
@@ -273,13 +273,14 @@ class AdaptiveBatchArranger:
         group = waiting.waiting_of(rid)
         assert group is not None
         ol_p = head.output_limit
-        fixed = max(map(sub, map(_max_tokens, group), map(_generated, group))) == ol_p
+        _, toks, tok_sum, rems, _, rem_max = waiting.waiting_stats(rid)
+        fixed = rem_max == ol_p
         slots = ctx.max_num_seqs - len(running)
         budget = ctx.max_num_batched_tokens
         rate_tok = rate_req = offset = scale = 0.0
         if fixed:
             n_max = min(slots, len(group))
-            tok_max = min(budget, sum(map(_num_tokens, group)))
+            tok_max = min(budget, tok_sum)
             high = PrefillCandidate(rid, n_max, tok_max, ol_p)
             plus, minus = self._delta_terms(waiting, high, predictors, remaining)
             if plus + minus < -1e-9 * (plus - minus):
@@ -290,21 +291,23 @@ class AdaptiveBatchArranger:
             rate_req = predictors.alpha_d * sum(min(ol, ol_p) for ol in remaining.values())
             offset = predictors.beta_p * r_plus + minus
             scale = predictors.beta_p * r_plus - minus
-        lookup = self.lookup
+        lookup = ctx.lookup if self.lookup is None else self.lookup.get
         pool = ctx.pool
         ref = pool.ref_count
         free = pool.num_free - ctx.watermark_blocks
         touched: set[int] = set()
         n = utok = 0
         limit = 0
-        for seq in group:  # `prefill_candidate`'s loop, with `fits` inlined
+        # `prefill_candidate`'s loop, with `fits` inlined; `toks` and `rems` are the requests'
+        # tokens and remaining steps, in queue order
+        for seq, tok, rem in zip(group, toks, rems, strict=True):
             if n >= slots:
                 break
-            computed = ctx.lookup(seq) if lookup is None else lookup.get(seq)
-            num_new = seq.num_tokens - len(computed) * BLOCK_SIZE
+            computed = lookup(seq)
+            num_new = tok - len(computed) * BLOCK_SIZE
             if num_new > budget:
                 break
-            need = -(-seq.num_tokens // BLOCK_SIZE) - len(computed)
+            need = -(-tok // BLOCK_SIZE) - len(computed)
             if need < 0:
                 need = 0
             for b in computed:
@@ -317,7 +320,6 @@ class AdaptiveBatchArranger:
             budget -= num_new
             utok += num_new
             n += 1
-            rem = seq.max_tokens - seq.generated
             if rem > limit:
                 limit = rem
             if fixed:

@@ -26,7 +26,7 @@ import operator
 from collections import deque
 from collections.abc import Iterator
 from itertools import groupby
-from operator import attrgetter
+from operator import attrgetter, sub
 
 from resources.sim.block_cache import BLOCK_SIZE
 from resources.sim.policies.base import Batch, ScheduleContext, SimSeq
@@ -43,6 +43,9 @@ __all__ = [
 
 
 _relquery_id = attrgetter("relquery_id")
+_num_tokens = attrgetter("num_tokens")
+_max_tokens = attrgetter("max_tokens")
+_generated = attrgetter("generated")
 
 
 class RelQueryQueue:
@@ -73,6 +76,8 @@ class RelQueryQueue:
         """Per relQuery, a counter bumped whenever its waiting requests change (arrival,
         admission, preemption): equal stamps mean the same waiting requests, so a policy may
         reuse what it derived from them."""
+        self._stats: dict[str, tuple[int, list[int], int, list[int], int, int]] = {}
+        """Per relQuery: `waiting_stats` and the stamp it was taken at."""
 
     # -- deque interface -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -159,6 +164,26 @@ class RelQueryQueue:
         """The waiting requests of relQuery `rid` (None if it has none)."""
         return self._groups.get(rid)
 
+    def waiting_stats(self, rid: str) -> tuple[int, list[int], int, list[int], int, int]:
+        """(stamp, tokens, their sum, remaining output steps, their sum, their largest) of the
+        waiting requests of relQuery `rid` (which must have some), in queue order. Kept until
+        their stamp changes (a waiting request's tokens and steps change only while it runs,
+        and it leaves and re-enters the queue around that), so the updater and the arranger
+        share one computation per change."""
+        stamp = self.stamp[rid]
+        kept = self._stats.get(rid)
+        if kept is None or kept[0] != stamp:
+            group = self._groups[rid]
+            toks = list(map(_num_tokens, group))
+            rems = list(map(sub, map(_max_tokens, group), map(_generated, group)))
+            kept = (stamp, toks, sum(toks), rems, sum(rems), max(rems))
+            self._stats[rid] = kept
+        return kept
+
+    def forget_stats(self, rid: str) -> None:
+        """Drop what `waiting_stats` kept for `rid` (a finished relQuery)."""
+        self._stats.pop(rid, None)
+
     def head_relquery(self) -> tuple[str, deque[SimSeq]]:
         """The first waiting relQuery and its waiting requests (the queue must be non-empty)."""
         self._ensure_order()
@@ -185,30 +210,25 @@ class RelQueryQueue:
 class CachedLookup:
     """`ctx.lookup(seq)` remembered for as long as it provably gives the same blocks.
 
-    The prefix-cache index (hash -> block) gains entries only by registration (which never
-    re-keys a hash already cached) and loses them only by eviction; `num_cached +
-    num_evictions` of a `BlockPool` counts registrations. A remembered look-up that found L
-    blocks is still exact
-    - when neither happened since it was checked;
-    - after registrations only, when its first missing hash (if it may cover one more block)
-      is still missing: the blocks found cannot have changed;
-    - after evictions only, when each hash it found is still cached: none was re-keyed;
-    and is looked up again otherwise. The lists returned are shared: callers only read them.
-    `reset()` at the start of a run; `sync(ctx)` whenever the pool may have changed, then
-    `get(seq)`."""
+    A look-up depends only on the prefix-cache index (hash -> block) and on the sequence's
+    hashes and tokens; `BlockPool.index_version` grows with every change of the index, so a
+    remembered look-up of the same `num_tokens` at the same version is exact. Otherwise the
+    walk of `BlockPool.lookup` is done here over `BlockPool.index_getter()` (the index's C-level
+    `get`), without the calls through `ctx.lookup`. The lists returned are shared: callers only
+    read them. `reset()` at the start of a run; `sync(ctx)` whenever the pool may have
+    changed, then `get(seq)`."""
 
-    __slots__ = ("_ctx", "_evictions", "_memo", "_pool", "_registrations")
+    __slots__ = ("_block_of", "_memo", "_pool", "_version")
 
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
         self._pool: object = None
-        self._registrations = -1
-        self._evictions = -1
-        self._memo: dict[SimSeq, tuple[int, int, int, list[int]]] = {}
-        """seq -> (its num_tokens, registrations and evictions when last checked, blocks)."""
-        self._ctx: ScheduleContext | None = None
+        self._version = -1
+        self._block_of = None
+        self._memo: dict[SimSeq, tuple[int, int, list[int]]] = {}
+        """seq -> (its num_tokens, the index version, the blocks found then)."""
 
     def sync(self, ctx: ScheduleContext) -> None:
         """Take note of the pool's state; `get` answers for that state."""
@@ -216,33 +236,26 @@ class CachedLookup:
         if pool is not self._pool:
             self._pool = pool
             self._memo = {}
-        self._evictions = pool.num_evictions
-        self._registrations = pool.num_cached + self._evictions
-        self._ctx = ctx
+        self._version = pool.index_version
+        self._block_of = pool.index_getter() if pool.enable_prefix_caching else None
 
     def get(self, seq: SimSeq) -> list[int]:
         """`ctx.lookup(seq)` for the pool as of the latest `sync`."""
-        memo = self._memo
-        hit = memo.get(seq)
-        evictions, registrations = self._evictions, self._registrations
-        if hit is not None and hit[0] == seq.num_tokens:
-            blocks = hit[3]
-            same_reg, same_ev = hit[1] == registrations, hit[2] == evictions
-            if same_reg and same_ev:
-                return blocks
-            pool = self._pool
-            if same_ev:  # registrations only: can the look-up reach one more block?
-                found = len(blocks)
-                if found >= min(len(seq.hashes), (seq.num_tokens - 1) // BLOCK_SIZE) or (
-                    not pool.is_cached(seq.hashes[found])  # type: ignore[attr-defined]
-                ):
-                    memo[seq] = (hit[0], registrations, evictions, blocks)
-                    return blocks
-            elif same_reg and all(map(pool.is_cached, seq.hashes[: len(blocks)])):  # type: ignore[attr-defined]
-                memo[seq] = (hit[0], registrations, evictions, blocks)
-                return blocks
-        blocks = self._ctx.lookup(seq)  # type: ignore[union-attr]
-        memo[seq] = (seq.num_tokens, registrations, evictions, blocks)
+        num_tokens = seq.num_tokens
+        hit = self._memo.get(seq)
+        if hit is not None and hit[1] == self._version and hit[0] == num_tokens:
+            return hit[2]
+        block_of = self._block_of
+        blocks: list[int] = []
+        if block_of is not None:  # `BlockPool.lookup`'s walk
+            hashes = seq.hashes
+            limit = (num_tokens - 1) // BLOCK_SIZE
+            for h in hashes if limit >= len(hashes) else hashes[:limit]:
+                block = block_of(h)
+                if block is None:
+                    break
+                blocks.append(block)
+        self._memo[seq] = (num_tokens, self._version, blocks)
         return blocks
 
     def __call__(self, ctx: ScheduleContext, seq: SimSeq) -> list[int]:

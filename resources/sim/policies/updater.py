@@ -29,10 +29,11 @@ that completed before t excluded):
 Overhead (bookkeeping only; every value is the one a plain recomputation gives, bit for bit,
 pinned by tests/resources/sim/test_relserve_overhead.py): the per-relQuery decoding stats are
 predicted from the batch just formed (`after_batch`) instead of recounted over the running
-queue; a relQuery's waiting tok/remaining lists and their sums are kept until its waiting
-requests change (`RelQueryQueue.stamp`); PEM of waiting requests that fit one decode group
-packs the prefill batches with C-level running sums (`pem.pem_queued`); the sampled
-look-ups of Eq. 11 go through `priority.CachedLookup`, shared with the arranger.
+queue; a relQuery's waiting tok/remaining lists and their sums are kept by the queue until
+its waiting requests change (`RelQueryQueue.waiting_stats`, shared with the arranger); PEM
+of waiting requests that fit one decode group packs the prefill batches with C-level running
+sums (`pem.pem_queued`); the sampled look-ups of Eq. 11 go through `priority.CachedLookup`
+(validated by the pool's index version), shared with the arranger.
 
 Invariants: every relQuery present in the waiting queue has a priority in
 `queue.priority`; priorities are seconds (>= 0); a relQuery leaves the updater's state once
@@ -144,9 +145,6 @@ class DynamicPriorityUpdater:
         self._end_len = 0
         self._mark_len = 0
         self._mark_preemptions = 0
-        self._queued: dict[str, tuple[int, list[int], int, list[int], int, int]] = {}
-        """Per relQuery: (queue stamp, tok and remaining steps of its waiting requests, their
-        sums, largest remaining), reused while its waiting requests do not change."""
 
     def predictors(self, ctx: ScheduleContext) -> LinearPredictors:
         """Eq. 9 fitted to the engine's cost model (refitted when the model changes)."""
@@ -199,7 +197,6 @@ class DynamicPriorityUpdater:
         pred = self.predictors(ctx)
         cap = (ctx.pool.num_blocks - ctx.watermark_blocks) * BLOCK_SIZE
         alpha_d, beta_d = pred.alpha_d, pred.beta_d
-        stamps = waiting.stamp
         visited = 0
         for rid in sorted(visit):  # sorted: the sampler draws in a reproducible order
             if rid not in live:
@@ -209,12 +206,12 @@ class DynamicPriorityUpdater:
             if rid in self._starving and (queued or stats):
                 value = 0.0
             elif queued:
-                value = self._pem(rid, stamps[rid], queued, stats or (0, 0, 0), pred, cap, ctx)
+                value = self._pem(waiting, rid, queued, stats or (0, 0, 0), pred, cap, ctx)
             elif stats:  # all running (<= max_num_seqs): one decode group (Algorithm 1)
                 value = alpha_d * stats[1] + beta_d * stats[2]
             else:  # every request finished
                 del live[rid]
-                self._queued.pop(rid, None)
+                waiting.forget_stats(rid)
                 continue
             visited += 1
             waiting.set_priority(rid, value)
@@ -336,8 +333,8 @@ class DynamicPriorityUpdater:
 
     def _pem(
         self,
+        waiting: RelQueryQueue,
         rid: str,
-        stamp: int,
         queued,
         decoding: tuple[int, int, int],
         pred: LinearPredictors,
@@ -345,28 +342,25 @@ class DynamicPriorityUpdater:
         ctx: ScheduleContext,
     ) -> float:
         """PEM(R_t) in seconds: `decoding` is (count, total, largest) of the remaining output
-        steps of R's running requests, `queued` its waiting requests (in queue order), `stamp`
-        the queue's stamp of them (what was derived from them is kept until it changes)."""
+        steps of R's running requests, `queued` its waiting requests (in queue order), whose
+        tokens and steps the queue keeps (`RelQueryQueue.waiting_stats`)."""
         mns, mnbt = ctx.max_num_seqs, ctx.max_num_batched_tokens
-        kept = self._queued.get(rid)
-        if kept is None or kept[0] != stamp:
-            toks = [s.num_tokens for s in queued]
-            rems = [s.max_tokens - s.generated for s in queued]
-            kept = (stamp, toks, sum(toks), rems, sum(rems), max(rems))
-            self._queued[rid] = kept
-        _, toks, tok_sum, rems, rem_sum, rem_max = kept
+        _, toks, tok_sum, rems, rem_sum, rem_max = waiting.waiting_stats(rid)
         k = self.config.num_samples
         n = len(toks)
+        lookup = self.lookup.get  # synced at the start of `update`
+        tok = utok = 0
         if n <= k:
-            sample = queued
+            for s, t in zip(queued, toks, strict=True):
+                tok += t
+                utok += t - len(lookup(s)) * BLOCK_SIZE
         else:  # k requests drawn uniformly (with replacement: cheaper, same expectation)
             draw = self._rng.random
-            sample = [queued[int(draw() * n)] for _ in range(k)]
-        tok = utok = 0
-        lookup = self.lookup.get  # synced at the start of `update`
-        for s in sample:
-            tok += s.num_tokens
-            utok += s.num_tokens - len(lookup(s)) * BLOCK_SIZE
+            for _ in range(k):
+                i = int(draw() * n)
+                t = toks[i]
+                tok += t
+                utok += t - len(lookup(queued[i])) * BLOCK_SIZE
         ratio = utok / tok if tok else 1.0  # Eq. 11
         return pem_queued(
             *decoding, toks, tok_sum, rems, rem_sum, rem_max, ratio, pred, cap, mns, mnbt

@@ -192,3 +192,59 @@ def test_head_candidate_agrees_with_the_one_request_dry_run() -> None:
                 slow.num_requests,
                 slow.output_limit,
             )
+
+
+def test_index_version_grows_with_every_index_change_and_nothing_else() -> None:
+    pool = BlockPool(6, True)
+    hashes = block_hashes(list(range(96)))
+    seen = [pool.index_version]
+    blocks = pool.allocate(4)  # no cached content evicted: same version
+    assert pool.index_version == seen[-1]
+    pool.register(blocks, hashes[:4])
+    assert pool.index_version == seen[-1] + 4
+    seen.append(pool.index_version)
+    pool.free(blocks)
+    assert pool.index_version == seen[-1]  # freeing keeps the hashes
+    pool.allocate(5)  # two free blocks, then three cached ones evicted
+    assert pool.index_version == seen[-1] + 3
+    get = pool.index_getter()
+    assert [get(h) for h in hashes[:4]] == [blocks[0], None, None, None]  # tail-first LRU
+
+
+def test_cached_lookup_agrees_with_ctx_lookup_under_random_churn() -> None:
+    rng = random.Random(3)
+    pool = BlockPool(24, True)
+    ctx = ScheduleContext(pool=pool, max_num_seqs=8, max_num_batched_tokens=512)
+    cached = CachedLookup()
+    prefix = list(range(40))
+    seqs = [_seq(i, prefix + [1000 + i] * rng.randint(0, 60)) for i in range(12)]
+    held: list[list[int]] = []
+    for _ in range(400):
+        op = rng.random()
+        if op < 0.4 and pool.num_free >= 4:
+            seq = rng.choice(seqs)
+            blocks = pool.allocate(min(4, len(seq.hashes) or 1))
+            pool.register(blocks, seq.hashes)
+            held.append(blocks)
+        elif op < 0.7 and held:
+            pool.free(held.pop(rng.randrange(len(held))))
+        cached.sync(ctx)
+        for seq in rng.sample(seqs, 4):
+            assert cached.get(seq) == ctx.lookup(seq)
+
+
+def test_waiting_stats_follow_the_waiting_requests() -> None:
+    queue = RelQueryQueue()
+    seqs = [_seq(i, list(range(10 * (i + 1)))) for i in range(5)]
+    queue.extend(seqs)
+    want = [s.num_tokens for s in seqs]
+    assert queue.waiting_stats("q")[1:3] == (want, sum(want))
+    head = queue.popleft()
+    head.num_tokens += 7
+    head.generated += 1
+    assert queue.waiting_stats("q")[1] == want[1:]
+    queue.appendleft(head)
+    _, toks, tok_sum, rems, rem_sum, rem_max = queue.waiting_stats("q")
+    assert toks == [head.num_tokens, *want[1:]] and tok_sum == sum(toks)
+    assert rems == [s.max_tokens - s.generated for s in queue] and rem_max == max(rems)
+    assert rem_sum == sum(rems)
