@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 
 from resources.sim.policies.base import Batch, ScheduleContext, SimSeq
-from resources.sim.policies.priority import decode_step
+from resources.sim.policies.priority import decode_step, prefill_step
 
 
 class VLLMv0Policy:
@@ -23,20 +23,4 @@ class VLLMv0Policy:
     def schedule(
         self, waiting: deque[SimSeq], running: list[SimSeq], ctx: ScheduleContext
     ) -> Batch:
-        budget = ctx.max_num_batched_tokens
-        batch: Batch = []
-        while waiting and len(running) < ctx.max_num_seqs:
-            seq = waiting[0]
-            computed = ctx.lookup(seq)
-            num_new = seq.num_tokens - len(computed) * 16
-            if num_new > budget:
-                break
-            if not ctx.allocate(seq, num_new, computed, use_watermark=True):
-                break
-            waiting.popleft()
-            running.append(seq)
-            if seq.cached_tokens < 0:
-                seq.cached_tokens = seq.num_computed
-            batch.append((seq, num_new))
-            budget -= num_new
-        return batch or decode_step(waiting, running, ctx)
+        return prefill_step(waiting, running, ctx) or decode_step(waiting, running, ctx)
