@@ -28,6 +28,10 @@ from resources.engine import Request, Response
 
 NULL_POLICIES = ("skip", "empty", "fail")
 CONTEXT_POLICIES = ("fail", "truncate")
+TOO_LONG_HINT = {
+    "fail": "use 'truncate' to cut the longest field",
+    "truncate": "even with the longest field cut to nothing it does not fit",
+}
 ROW = "_row"
 INPUT = "_input_id"
 
@@ -206,14 +210,10 @@ def run_plan(
             if context_policy == "truncate":
                 fitted = fit_row(head, order, values, style, count_tokens, max_prompt_tokens)
             if fitted is None:
+                hint = TOO_LONG_HINT[context_policy]
                 errors[k] = (
                     f"prompt has {n_tokens} tokens, over the {max_prompt_tokens} the context "
-                    f"window leaves (context_policy={context_policy!r}"
-                    + (
-                        ", longest field cut to nothing still too long)"
-                        if context_policy == "truncate"
-                        else "; use 'truncate' to cut the longest field)"
-                    )
+                    f"window leaves (context_policy={context_policy!r}; {hint})"
                 )
             else:
                 prompts[k], truncated[k] = fitted, True

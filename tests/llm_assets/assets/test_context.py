@@ -71,3 +71,17 @@ def test_truncate_policy_sends_a_marked_prompt_that_fits():
     cut = plan.loc[plan["truncated"], "prompt"].iloc[0]
     assert TRUNCATION_MARKER in cut and words(cut) <= 100
     assert len(stages.requests_from_plan(plan, CALL)) == 2
+
+
+def test_truncate_policy_fails_a_row_that_cannot_fit_at_all():
+    plan = stages.run_plan(
+        deduped(),
+        CALL,
+        ["movie_info", "review_content"],
+        "ggr",
+        max_prompt_tokens=5,
+        count_tokens=words,
+        context_policy="truncate",
+    )
+    assert plan["error"].notna().all()
+    assert plan["error"].str.contains("even with the longest field cut to nothing").all()
