@@ -81,8 +81,9 @@ def placeholder_review_type(link: str, content: str) -> str:
 
 
 def load_movies_joined(csv: str | Path) -> dict[str, pd.DataFrame]:
-    """An already joined reviews-and-movies CSV (e.g. `shared/data/movies_small.csv`: columns
-    rotten_tomatoes_link, review_content, movie_title, movie_info, id) split into
+    """An already joined reviews-and-movies CSV or Parquet file (e.g.
+    `shared/data/movies_small.csv`: columns rotten_tomatoes_link, review_content, movie_title,
+    movie_info, id) split into
     `{"reviews": ..., "movies": ...}`.
 
     movies: the first row per rotten_tomatoes_link of (rotten_tomatoes_link, movie_title,
@@ -92,7 +93,7 @@ def load_movies_joined(csv: str | Path) -> dict[str, pd.DataFrame]:
     (deterministic, ~69.7% 'Fresh', identical rows get identical labels), and
     `reviews.attrs["placeholder_columns"]` is `["review_type"]`.
     """
-    frame = pd.read_csv(csv)
+    frame = load_table(csv)
     require_columns(frame, ("rotten_tomatoes_link", "review_content", *MOVIE_COLUMNS[1:]), csv)
     _fill_text(frame, ("rotten_tomatoes_link", "review_content", *MOVIE_COLUMNS[1:]))
     movie_frame = (
@@ -251,10 +252,10 @@ def load_squad_json(path: str | Path) -> dict[str, pd.DataFrame]:
 
 
 def load_squad_csv(path: str | Path) -> dict[str, pd.DataFrame]:
-    """A flattened SQuAD CSV (one row per question, e.g. `shared/data/squad_v2_dev_half.csv`)
-    as `{"squad": ...}`; is_impossible becomes bool (strings 'True'/'False' accepted),
+    """A flattened SQuAD CSV or Parquet file (one row per question, e.g.
+    `shared/data/squad_v2_dev_half.csv`) as `{"squad": ...}`; is_impossible becomes bool (strings 'True'/'False' accepted),
     answers stays the file's text (missing: '[]')."""
-    frame = pd.read_csv(path)
+    frame = load_table(path)
     require_columns(frame, SQUAD_COLUMNS, path)
     _fill_text(frame, ("id", "title", "context", "question"))
     frame["answers"] = frame["answers"].fillna("[]").astype(str)

@@ -265,3 +265,31 @@ def test_load_table_unknown_format(tmp_path):
 def test_load_shared_table():
     frame = load_table(SHARED / "contributions.csv", {"CMTE_ID": "committee"})
     assert len(frame) == 15_000 and "committee" in frame.columns
+
+
+def test_joined_movies_and_squad_tables_also_load_from_parquet(tmp_path):
+    from llm_assets.data import load_movies_joined, load_squad_csv
+
+    joined = pd.DataFrame(
+        {
+            "rotten_tomatoes_link": ["m/a", "m/a", "m/b"],
+            "review_content": ["good", "bad", "ok"],
+            "movie_title": ["A", "A", "B"],
+            "movie_info": ["about a", "about a", "about b"],
+        }
+    )
+    joined.to_parquet(tmp_path / "movies.parquet")
+    tables = load_movies_joined(tmp_path / "movies.parquet")
+    assert len(tables["reviews"]) == 3 and len(tables["movies"]) == 2
+    squad = pd.DataFrame(
+        {
+            "id": ["1"],
+            "title": ["T"],
+            "context": ["c"],
+            "question": ["q?"],
+            "answers": ["[]"],
+            "is_impossible": [False],
+        }
+    )
+    squad.to_parquet(tmp_path / "squad.parquet")
+    assert load_squad_csv(tmp_path / "squad.parquet")["squad"]["is_impossible"].tolist() == [False]
