@@ -253,8 +253,8 @@ def load_squad_json(path: str | Path) -> dict[str, pd.DataFrame]:
 
 def load_squad_csv(path: str | Path) -> dict[str, pd.DataFrame]:
     """A flattened SQuAD CSV or Parquet file (one row per question, e.g.
-    `shared/data/squad_v2_dev_half.csv`) as `{"squad": ...}`; is_impossible becomes bool (strings 'True'/'False' accepted),
-    answers stays the file's text (missing: '[]')."""
+    `shared/data/squad_v2_dev_half.csv`) as `{"squad": ...}`; is_impossible becomes bool
+    (strings 'True'/'False' accepted), answers stays the file's text (missing: '[]')."""
     frame = load_table(path)
     require_columns(frame, SQUAD_COLUMNS, path)
     _fill_text(frame, ("id", "title", "context", "question"))
