@@ -130,22 +130,19 @@ def check_ladder(rows: Sequence[dict]) -> list[str]:
     problems = []
     by = {(r["group"], r["dataset"], r["rung"]): r for r in rows}
     for (group, dataset, rung), row in by.items():
-
-        def other(name, group=group, dataset=dataset):
-            return by.get((group, dataset, name))
-
-        ggr = other("cache_ggr")
+        where = f"{group}/{dataset}"
+        ggr = by.get((group, dataset, "cache_ggr"))
+        dedup = by.get((group, dataset, "cache_ggr_dedup"))
+        base = by.get((group, dataset, "no_cache"))
         if rung == "cache_ggr_dedup" and ggr and row["n_requests"] > ggr["n_requests"]:
-            problems.append(f"{group}/{dataset}: dedup added requests")
-        dedup = other("cache_ggr_dedup")
+            problems.append(f"{where}: dedup added requests")
         if rung == "cache_ggr_dedup_pushdown" and dedup:
             if row["rows_to_llm"] > dedup["rows_to_llm"]:
-                problems.append(f"{group}/{dataset}: pushdown added rows sent to the LLM")
-        base = other("no_cache")
+                problems.append(f"{where}: pushdown added rows sent to the LLM")
         if base and row["rows_passed"] != base["rows_passed"]:
             problems.append(
-                f"{group}/{dataset}/{rung}: {row['rows_passed']} rows passed, "
-                f"no_cache had {base['rows_passed']}"
+                f"{where}/{rung}: {row['rows_passed']} rows passed, no_cache had "
+                f"{base['rows_passed']}"
             )
     return problems
 

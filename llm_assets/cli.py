@@ -18,12 +18,18 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
-def parse_fields(table, fields: str | None) -> list[str] | None:
+def require_rows(table) -> list[str]:
+    """The table's columns; fails (exit 2) on a table without rows."""
     from llm_assets.optimizer.table import column_names, num_rows
 
     columns = column_names(table)
     if num_rows(table) == 0:
         fail(f"the table has no rows (columns: {', '.join(columns)})")
+    return columns
+
+
+def parse_fields(table, fields: str | None) -> list[str] | None:
+    columns = require_rows(table)
     if fields is None:
         return None
     chosen = [f.strip() for f in fields.split(",") if f.strip()]
@@ -136,7 +142,7 @@ def simulate(
         table = read_table(input_path)
     except InputError as exc:
         fail(str(exc))
-    parse_fields(table, None)
+    require_rows(table)
     if max_tokens < 1:
         fail(f"--max-tokens must be >= 1, got {max_tokens}")
     try:

@@ -10,8 +10,6 @@ predicate before the LLM are counted as skipped too (`rows_skipped_by_predicate`
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -367,13 +365,3 @@ def accounting(result: pd.DataFrame, rows_joined: int) -> dict[str, int]:
         "rows_skipped_by_predicate": by_predicate,
         "rows_passed": int(result["passed"].sum()),
     }
-
-
-def timed(fn: Callable, *args, **kwargs):
-    started = time.perf_counter()
-    value = fn(*args, **kwargs)
-    return value, time.perf_counter() - started
-
-
-def to_json(value) -> str:
-    return json.dumps(value, default=str)

@@ -124,6 +124,7 @@ class _Greedy:
         self.config = config
         self.threshold = max(config.min_score, 0.0)
         self.rank = {u: r for r, u in enumerate(units.stats_order)}
+        self.stats_cols = list(units.stats_order)
         self.out_rows: list[int] = []
         self.out_order_ids: list[int] = []
         self.orders: dict[tuple[int, ...], int] = {}
@@ -202,7 +203,7 @@ class _Greedy:
                 free = [u for u, s in zip(child_rest, same, strict=True) if not s]
                 start = len(self.out_rows)
                 self.solve(group, free, prefix + lead, depth + 1)
-                key = tuple(self.units.codes[self.out_rows[start], list(self.units.stats_order)])
+                key = tuple(self.units.codes[self.out_rows[start], self.stats_cols])
                 segments.append((key, start, len(self.out_rows)))
             taken = np.concatenate(taken)
             alive[taken] = False

@@ -75,13 +75,13 @@ def render_prompts(
     index = {f: j for j, f in enumerate(enc.fields)}
     positions = [[index[f] for f in order] for order in sched.orders]
     head = instruction.rstrip("\n") + "\n"
-    codes, uniques, names = enc.codes, enc.uniques, enc.fields
+    names = [[enc.fields[j] for j in cols] for cols in positions]
+    codes, uniques = enc.codes, enc.uniques
     out = []
     for row, oid in zip(sched.rows.tolist(), sched.order_ids.tolist(), strict=True):
         r = codes[row]
-        cols = positions[oid]
-        values = [uniques[j][r[j]] for j in cols]
-        out.append(render_row(head, [names[j] for j in cols], values, style))
+        values = [uniques[j][r[j]] for j in positions[oid]]
+        out.append(render_row(head, names[oid], values, style))
     return out
 
 

@@ -362,3 +362,25 @@ def static_priority(
     if predictors is None:
         raise ValueError("mapping='linear' needs the Eq. 9 predictors, got predictors=None")
     return predictors.alpha_p * tok + predictors.alpha_d * out
+
+
+class FittedPredictors:
+    """`LinearPredictors` (Eq. 9) fitted to a schedule context's cost model, refitted only
+    when the context's coefficients object changes. Call it with the context."""
+
+    def __init__(self, policy: str) -> None:
+        self.policy = policy
+        self._predictors: LinearPredictors | None = None
+        self._fitted_for: object = None
+
+    def __call__(self, ctx) -> LinearPredictors:
+        if self._predictors is None or self._fitted_for is not ctx.coefficients:
+            if ctx.coefficients is None:
+                raise ValueError(f"{self.policy} needs ctx.coefficients (the engine's cost model)")
+            self._predictors = LinearPredictors.fit(
+                ctx.coefficients,
+                max_num_batched_tokens=ctx.max_num_batched_tokens,
+                max_num_seqs=ctx.max_num_seqs,
+            )
+            self._fitted_for = ctx.coefficients
+        return self._predictors

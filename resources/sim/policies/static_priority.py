@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from resources.sim.pem import STATIC_MAPPINGS, LinearPredictors, static_priority
+from resources.sim.pem import STATIC_MAPPINGS, FittedPredictors, static_priority
 from resources.sim.policies.base import Batch, ScheduleContext, SimSeq
 from resources.sim.policies.priority import (
     RelQueryQueue,
@@ -53,24 +53,11 @@ class StaticPriorityPolicy:
 
     def __init__(self, config: StaticPriorityConfig | None = None) -> None:
         self.config = config or StaticPriorityConfig()
-        self._predictors: LinearPredictors | None = None
-        self._fitted_for: object = None
+        self.predictors = FittedPredictors("static-priority")
+        """Eq. 9 fitted to the engine's cost model: `self.predictors(ctx)`."""
 
     def new_waiting_queue(self) -> RelQueryQueue:
         return RelQueryQueue()
-
-    def predictors(self, ctx: ScheduleContext) -> LinearPredictors:
-        """Eq. 9 fitted to the engine's cost model (once per cost model)."""
-        if self._predictors is None or self._fitted_for is not ctx.coefficients:
-            if ctx.coefficients is None:
-                raise ValueError("static-priority needs ctx.coefficients (the engine's cost model)")
-            self._predictors = LinearPredictors.fit(
-                ctx.coefficients,
-                max_num_batched_tokens=ctx.max_num_batched_tokens,
-                max_num_seqs=ctx.max_num_seqs,
-            )
-            self._fitted_for = ctx.coefficients
-        return self._predictors
 
     def schedule(
         self, waiting: RelQueryQueue, running: list[SimSeq], ctx: ScheduleContext

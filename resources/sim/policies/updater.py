@@ -49,7 +49,7 @@ from itertools import groupby
 from operator import attrgetter, sub
 
 from resources.sim.block_cache import BLOCK_SIZE
-from resources.sim.pem import LinearPredictors, pem_queued
+from resources.sim.pem import FittedPredictors, LinearPredictors, pem_queued
 from resources.sim.policies.base import Batch, ScheduleContext, SimSeq
 from resources.sim.policies.priority import CachedLookup, RelQueryQueue
 
@@ -107,8 +107,8 @@ class DynamicPriorityUpdater:
 
     def __init__(self, config: UpdaterConfig | None = None) -> None:
         self.config = config or UpdaterConfig()
-        self._predictors: LinearPredictors | None = None
-        self._fitted_for: object = None
+        self.predictors = FittedPredictors("relserve")
+        """Eq. 9 fitted to the engine's cost model: `self.predictors(ctx)`."""
         self.lookup = CachedLookup()
         """Prefix-cache look-ups, remembered while the cache index is unchanged (shared with
         the arranger by `RelServePolicy`)."""
@@ -145,19 +145,6 @@ class DynamicPriorityUpdater:
         self._end_len = 0
         self._mark_len = 0
         self._mark_preemptions = 0
-
-    def predictors(self, ctx: ScheduleContext) -> LinearPredictors:
-        """Eq. 9 fitted to the engine's cost model (refitted when the model changes)."""
-        if self._predictors is None or self._fitted_for is not ctx.coefficients:
-            if ctx.coefficients is None:
-                raise ValueError("relserve needs ctx.coefficients (the engine's cost model)")
-            self._predictors = LinearPredictors.fit(
-                ctx.coefficients,
-                max_num_batched_tokens=ctx.max_num_batched_tokens,
-                max_num_seqs=ctx.max_num_seqs,
-            )
-            self._fitted_for = ctx.coefficients
-        return self._predictors
 
     def update(self, waiting: RelQueryQueue, running: list[SimSeq], ctx: ScheduleContext) -> None:
         """Set `waiting.priority` of every live relQuery for this iteration.
