@@ -1,27 +1,38 @@
-"""The Dagster code location (`dagster dev -w workspace.yaml`, `dagster job execute -m
-jobs.definitions -j q1_job`): assets of every query lineage, jobs, schedule, sensor, and the
-resources of the environment named by LLM_ASSETS_ENGINE (sim by default)."""
+"""The Dagster code location (`dg dev`, `dg launch`, `dagster dev -w workspace.yaml`): every
+query declared under `jobs/defs/` (component YAML or factory), a job per query, the benchmark
+jobs and schedule, and the resources of the environment named by LLM_ASSETS_ENGINE (sim by
+default)."""
+
+from pathlib import Path
 
 import dagster as dg
 
-from jobs.jobs import ALL_JOBS
+from jobs.jobs import jobs_for
 from jobs.resources import get_environment, resources_for
 from jobs.schedules import daily_benchmark
-from jobs.sensors import landing_folder_sensor
-from llm_assets.assets import all_assets
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def query_groups(loaded: dg.Definitions) -> set[str]:
+    """The asset groups of the loaded definitions (one per declared query)."""
+    specs = [s for a in loaded.assets or () for s in getattr(a, "specs", ())]
+    return {s.group_name for s in specs if s.group_name is not None}
 
 
 def build_defs(resources: dict | None = None) -> dg.Definitions:
     """The code location's definitions; `resources` replaces the environment's defaults."""
-    defs = all_assets()
-    return dg.Definitions(
-        assets=[d for d in defs if not isinstance(d, dg.AssetChecksDefinition)],
-        asset_checks=[d for d in defs if isinstance(d, dg.AssetChecksDefinition)],
-        jobs=ALL_JOBS,
-        schedules=[daily_benchmark],
-        sensors=[landing_folder_sensor],
-        resources=resources or resources_for(get_environment()),
+    loaded = dg.load_from_defs_folder(project_root=ROOT)
+    return dg.Definitions.merge(
+        loaded,
+        dg.Definitions(
+            jobs=jobs_for(query_groups(loaded)),
+            schedules=[daily_benchmark],
+            resources=resources or resources_for(get_environment()),
+        ),
     )
 
 
-defs = build_defs()
+@dg.definitions
+def defs() -> dg.Definitions:
+    return build_defs()

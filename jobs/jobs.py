@@ -1,38 +1,35 @@
-"""Jobs: one per query lineage (`q1_job`, ..., `q4_products_job`), plus `benchmark_job` (the
-five benchmark queries Q1-Q5) and `products_benchmark_job` (Q1-Q4 on Products). Each job
-selects its groups and the source tables upstream, and runs in one process (the steps share
-one engine, so its prefix cache spans the run, as a vLLM server's would)."""
+"""Jobs over the loaded query lineages: `<query>_job` for every query group (its assets and
+everything upstream), `benchmark_job` (Q1-Q5) and `products_benchmark_job` (Q1-Q4 on
+Products). Each job runs in one process, so its steps share one engine and its prefix cache
+spans the run, as a vLLM server's would."""
+
+from collections.abc import Iterable
 
 import dagster as dg
 
-from llm_assets.assets import QUERY_SPECS
+from jobs.defs.benchmark_queries import BENCHMARKS
+
+DATASETS_GROUP = "datasets"
 
 
-def _job(name: str, groups: list[str], description: str):
+def query_job(group: str, description: str, groups: Iterable[str] | None = None):
     return dg.define_asset_job(
-        name=name,
-        selection=dg.AssetSelection.groups(*groups).upstream(),
+        name=f"{group}_job",
+        selection=dg.AssetSelection.groups(*(groups or [group])).upstream(),
         executor_def=dg.in_process_executor,
         description=description,
     )
 
 
-QUERY_JOBS = {
-    spec.group: _job(
-        f"{spec.group}_job",
-        [spec.group],
-        f"{spec.query_name.upper()} on {spec.dataset}: every stage of the lineage.",
-    )
-    for spec in QUERY_SPECS
-}
-benchmark_job = _job(
-    "benchmark_job",
-    [s.group for s in QUERY_SPECS if s.dataset != "products"],
-    "The five benchmark queries Q1-Q5 (Movies, SQuAD).",
-)
-products_benchmark_job = _job(
-    "products_benchmark_job",
-    [s.group for s in QUERY_SPECS if s.dataset == "products"],
-    "Q1-Q4 on the Products dataset.",
-)
-ALL_JOBS = [*QUERY_JOBS.values(), benchmark_job, products_benchmark_job]
+def jobs_for(groups: Iterable[str]) -> list:
+    """A job per query group, plus the two benchmark jobs."""
+    jobs = [
+        query_job(g, f"Query {g}: every stage of the lineage and its sources.")
+        for g in sorted(groups)
+        if g != DATASETS_GROUP
+    ]
+    movies = [g for g, (_, d) in BENCHMARKS.items() if d != "products"]
+    products = [g for g, (_, d) in BENCHMARKS.items() if d == "products"]
+    jobs.append(query_job("benchmark", "The five benchmark queries Q1-Q5 (Movies, SQuAD).", movies))
+    jobs.append(query_job("products_benchmark", "Q1-Q4 on the Products dataset.", products))
+    return jobs

@@ -9,7 +9,7 @@ import os
 
 import dagster as dg
 
-from llm_assets.assets.options import QueryOptions
+from llm_assets.assets import QueryOptionsResource
 from resources.expectations import GXValidator
 from resources.home import llm_assets_home
 from resources.llm_resources import (
@@ -49,7 +49,7 @@ def resources_for(env: str) -> dict:
     return {
         "llm_engine": engine_for(env),
         "response_cache": ResponseCacheResource(enabled=env != "sim"),
-        "options": QueryOptions(),
+        "options": QueryOptionsResource(),
         "gx": GXValidator(),
         "tracker": MLflowTracker(),
         "io_manager": warehouse_io_manager(),

@@ -2,11 +2,9 @@
 
 import dagster as dg
 
-from jobs.jobs import benchmark_job
-
 daily_benchmark = dg.ScheduleDefinition(
     name="daily_benchmark",
-    job=benchmark_job,
+    job_name="benchmark_job",
     cron_schedule="0 3 * * *",
     default_status=dg.DefaultScheduleStatus.STOPPED,
     description="Q1-Q5 every day at 03:00 on the configured engine.",

@@ -4,13 +4,20 @@ Default store: `sqlite:///$LLM_ASSETS_HOME/mlflow.db` (`./.llm_assets/` by defau
 artifact root beside it. An unreachable or broken store never fails the pipeline: `log_run`
 logs a warning and returns None. Only the params, metrics and tags passed in are logged
 (no environment, no config dump), so secrets cannot leak through this path.
+
+Experiments are tagged `mlflow.experimentKind = custom_model_development`, so MLflow 3 opens
+them on the runs table with their metrics (not the GenAI view, where latency, tokens and cost
+would read "No data"). Several processes logging to one sqlite store at once (two runs) are
+serialised by a lock file beside the store: creating a fresh store is not safe concurrently.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import math
 import time
+from contextlib import contextmanager
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -19,6 +26,26 @@ import dagster as dg
 from resources.home import llm_assets_home
 
 log = logging.getLogger(__name__)
+
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+"""What MLflow 3's UI calls "Model training": the runs table with metric columns."""
+
+
+@contextmanager
+def _store_lock(uri: str):
+    """An exclusive lock on `<store>.lock` for a sqlite store (no-op for other stores)."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    path = Path(uri.removeprefix("sqlite:///"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def default_tracking_uri() -> str:
@@ -50,7 +77,8 @@ class MLflowTracker(dg.ConfigurableResource):
         if not self.enabled:
             return None
         try:
-            return self._log(experiment, run_name, params, metrics, tags)
+            with _store_lock(self.uri()):
+                return self._log(experiment, run_name, params, metrics, tags)
         except Exception as exc:  # noqa: BLE001 - tracking must never fail the pipeline
             log.warning("MLflow tracking at %s failed, run not logged: %s", self.uri(), exc)
             return None
@@ -60,8 +88,6 @@ class MLflowTracker(dg.ConfigurableResource):
         from mlflow.tracking import MlflowClient
 
         uri = self.uri()
-        if uri.startswith("sqlite:///"):
-            Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         client = MlflowClient(tracking_uri=uri)
         found = client.get_experiment_by_name(experiment)
         if found is not None:
@@ -70,7 +96,13 @@ class MLflowTracker(dg.ConfigurableResource):
             artifacts = None
             if uri.startswith("sqlite:///"):
                 artifacts = (Path(uri.removeprefix("sqlite:///")).parent / "mlruns").as_uri()
-            experiment_id = client.create_experiment(experiment, artifact_location=artifacts)
+            experiment_id = client.create_experiment(
+                experiment,
+                artifact_location=artifacts,
+                tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
+            )
+        if found is not None and EXPERIMENT_KIND_TAG not in found.tags:
+            client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         run = client.create_run(experiment_id, run_name=run_name)
         now = int(time.time() * 1000)
         client.log_batch(

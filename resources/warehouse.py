@@ -1,46 +1,149 @@
-"""Where asset tables live: one DuckDB file under $LLM_ASSETS_HOME (dagster-duckdb).
+"""Where asset tables live: one DuckDB file under $LLM_ASSETS_HOME.
 
-dagster-duckdb appends into an existing table and skips empty DataFrames, so a table whose
-columns or types change between runs (another source file, error strings where there were
-none) fails to write, and an empty result is never stored. Here an unpartitioned output
-replaces its table instead: every materialization stores exactly what the asset returned.
+Each materialization is stored as its own version, `<prefix>."<name>__r_<run id>"` (a
+partition adds `__p_<hash>` to the name), and the view `<prefix>."<name>"` points at the
+latest one (what a user queries). A step reads the version its upstream step wrote **in the
+same run** when there is one, else the latest: two runs of one lineage at once never read
+each other's rows. An output replaces nothing in place, so a table whose columns change
+between runs (another source file) or an empty result are stored as returned.
+The last `keep_versions` versions per table are kept. DuckDB allows one writing process per
+file: a connection that finds the file locked by another process retries for `lock_wait_s`.
 """
 
+from __future__ import annotations
+
+import hashlib
+import time
 from pathlib import Path
 
 import dagster as dg
+import duckdb
 import pandas as pd
-from dagster_duckdb_pandas import DuckDBPandasIOManager, DuckDBPandasTypeHandler
+import pyarrow as pa
+from sqlglot import exp
 
 from resources.home import llm_assets_home
 
-
-class ReplacingPandasTypeHandler(DuckDBPandasTypeHandler):
-    def handle_output(self, context: dg.OutputContext, table_slice, obj: pd.DataFrame, connection):
-        if context.has_partition_key:
-            return super().handle_output(context, table_slice, obj, connection)
-        connection.register("_llm_assets_obj", obj)
-        try:
-            connection.execute(
-                f"create or replace table {table_slice.schema}.{table_slice.table} "
-                "as select * from _llm_assets_obj"
-            )
-        finally:
-            connection.unregister("_llm_assets_obj")
-        context.add_output_metadata({"dagster/row_count": len(obj)})
+VERSIONS = "_llm_assets_versions"
 
 
-class WarehouseIOManager(DuckDBPandasIOManager):
-    """DataFrames of every asset as DuckDB tables `<key prefix>.<name>`; creates the
-    database's folder on first use."""
+def _table(schema: str, name: str) -> exp.Table:
+    return exp.table_(exp.to_identifier(name, quoted=True), db=exp.to_identifier(schema, True))
+
+
+class WarehouseIOManager(dg.ConfigurableIOManager):
+    """DataFrames (and Arrow tables) of every asset as versioned DuckDB tables."""
+
+    database: str
+    keep_versions: int = 3
+    lock_wait_s: float = 120.0
+
+    # ---- naming ------------------------------------------------------------------------
 
     @staticmethod
-    def type_handlers():
-        return [ReplacingPandasTypeHandler()]
+    def _slot(key: dg.AssetKey, partition: str | None) -> tuple[str, str]:
+        schema = "_".join(key.path[:-1]) or "public"
+        name = key.path[-1]
+        if partition is not None:
+            name += "__p_" + hashlib.sha1(partition.encode()).hexdigest()[:12]
+        return schema, name
 
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+    @staticmethod
+    def _version(name: str, run_id: str) -> str:
+        return f"{name}__r_{run_id.replace('-', '')}"
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
         Path(self.database).parent.mkdir(parents=True, exist_ok=True)
-        super().setup_for_execution(context)
+        deadline = time.monotonic() + self.lock_wait_s
+        while True:
+            try:
+                return duckdb.connect(self.database)
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    # ---- IO ------------------------------------------------------------------------------
+
+    def handle_output(self, context: dg.OutputContext, obj) -> None:
+        if obj is None:
+            return
+        partition = context.asset_partition_key if context.has_asset_partitions else None
+        schema, name = self._slot(context.asset_key, partition)
+        version = self._version(name, context.run_id)
+        frame = obj if isinstance(obj, pa.Table | pd.DataFrame) else pd.DataFrame(obj)
+        con = self._connect()
+        try:
+            con.execute(
+                exp.Create(this=exp.to_identifier(schema, True), kind="SCHEMA", exists=True).sql(
+                    dialect="duckdb"
+                )
+            )
+            con.register("_llm_assets_obj", frame)
+            select = exp.select("*").from_("_llm_assets_obj")
+            con.execute(
+                exp.Create(
+                    this=_table(schema, version), kind="TABLE", replace=True, expression=select
+                ).sql(dialect="duckdb")
+            )
+            con.unregister("_llm_assets_obj")
+            latest = exp.select("*").from_(_table(schema, version))
+            con.execute(
+                exp.Create(
+                    this=_table(schema, name), kind="VIEW", replace=True, expression=latest
+                ).sql(dialect="duckdb")
+            )
+            self._prune(con, schema, name, version)
+        finally:
+            con.close()
+        context.add_output_metadata(
+            {"dagster/row_count": len(frame), "table": f"{schema}.{version}"}
+        )
+
+    def _prune(self, con, schema: str, name: str, version: str) -> None:
+        con.execute(
+            f"CREATE TABLE IF NOT EXISTS {VERSIONS} "
+            "(schema_name VARCHAR, slot VARCHAR, version VARCHAR, created DOUBLE)"
+        )
+        con.execute(
+            f"INSERT INTO {VERSIONS} VALUES (?, ?, ?, ?)", [schema, name, version, time.time()]
+        )
+        old = con.execute(
+            f"SELECT version FROM {VERSIONS} WHERE schema_name = ? AND slot = ? "
+            "ORDER BY created DESC OFFSET ?",
+            [schema, name, self.keep_versions],
+        ).fetchall()
+        for (stale,) in old:
+            drop = exp.Drop(this=_table(schema, stale), kind="TABLE", exists=True)
+            con.execute(drop.sql(dialect="duckdb"))
+            con.execute(
+                f"DELETE FROM {VERSIONS} WHERE schema_name = ? AND version = ?", [schema, stale]
+            )
+
+    def load_input(self, context: dg.InputContext) -> pd.DataFrame:
+        key = context.asset_key
+        partition = context.asset_partition_key if context.has_asset_partitions else None
+        schema, name = self._slot(key, partition)
+        same_run = self._version(name, context.step_context.run_id)
+        con = self._connect()
+        try:
+            found = con.execute(
+                "SELECT count(*) FROM information_schema.tables "
+                "WHERE table_schema = ? AND table_name = ?",
+                [schema, same_run],
+            ).fetchone()[0]
+            table = same_run if found else name
+            try:
+                sql = exp.select("*").from_(_table(schema, table)).sql(dialect="duckdb")
+                return con.execute(sql).df()
+            except duckdb.CatalogException as exc:
+                raise dg.Failure(
+                    f"{key.to_user_string()} has no stored table yet"
+                    f"{f' for partition {partition!r}' if partition else ''}: materialize it "
+                    "first (select it with its downstream assets)"
+                ) from exc
+        finally:
+            con.close()
 
 
 def warehouse_io_manager(database: str | None = None) -> WarehouseIOManager:

@@ -2,7 +2,13 @@
 
 Params, metrics and tags are built here from explicit values only (no config dumps), so an
 API key in an engine resource can never reach MLflow or the metadata.
+
+Two times, never confused: `engine_time_s` is the engine's makespan (SIMULATED seconds on the
+sim engine: what the GPU would take; measured on the others) and decides the self-hosted cost;
+`wall_time_s` is how long this step took on this machine (for the sim, the time to simulate).
 """
+
+from __future__ import annotations
 
 from llm_assets.optimizer.cost import PRICING, cost_usd, token_cost_usd
 from resources.engine import RunStats
@@ -29,12 +35,20 @@ def engine_costs(engine_resource, engine, stats: RunStats) -> dict[str, float]:
     }
 
 
-def log_llm_run(
-    context, spec, options, engine_resource, tracker, stats: RunStats, extra: dict
-) -> dict:
+def run_name(qdef, options, call_asset: str, data: str) -> str:
+    """`q1/llm_outputs ggr dedup pushdown [reviews=reviews.tsv]`: what the run was."""
+    switches = [options.method]
+    switches += ["dedup"] if options.dedup else ["no-dedup"]
+    switches += ["pushdown"] if options.pushdown else ["no-pushdown"]
+    return f"{call_asset} {' '.join(switches)} [{data}]"
+
+
+def log_llm_run(context, qdef, options, engine_resource, stats: RunStats, extra, data) -> dict:
     """Log one MLflow run for this materialization; return the Dagster metadata."""
+    run_options = context.resources.options
+    tracker = context.resources.tracker
     engine = engine_resource.engine
-    costs = engine_costs(engine_resource, engine, stats)
+    data = run_options.data_label or data
     metrics = {
         "engine_time_s": stats.engine_time_s,
         "token_hit_rate": stats.token_hit_rate,
@@ -43,13 +57,12 @@ def log_llm_run(
         "output_tokens": stats.output_tokens,
         "n_requests": stats.n_requests,
         **extra,
-        **costs,
+        **engine_costs(engine_resource, engine, stats),
     }
+    asset = context.asset_key.to_user_string()
     params = {
-        "query": spec.query_name,
-        "group": spec.group,
-        "dataset": options.dataset_label or spec.dataset,
-        "rows": extra.get("rows_in"),
+        "query": qdef.name,
+        "data": data,
         "method": options.method,
         "dedup": options.dedup,
         "pushdown": options.pushdown,
@@ -60,23 +73,20 @@ def log_llm_run(
     }
     tags = {
         "dagster_run_id": context.run_id,
-        "asset_key": context.asset_key.to_user_string(),
+        "asset_key": asset,
         "engine": stats.engine,
-        **options.run_tags,
+        **({"partition": context.partition_key} if context.has_partition_key else {}),
+        **run_options.run_tags,
     }
     url = tracker.log_run(
-        options.experiment or f"llm-assets-{spec.group}",
-        f"{context.asset_key.to_user_string()} {context.run_id[:8]}",
+        run_options.experiment or f"llm-assets-{qdef.name}",
+        run_name(qdef, options, asset, data),
         params,
         metrics,
         tags,
     )
     meta = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in metrics.items()}
-    meta |= {
-        f"param_{k}": str(v)
-        for k, v in params.items()
-        if k in ("method", "dedup", "pushdown", "prefix_cache", "engine", "model", "hardware")
-    }
+    meta |= {f"param_{k}": str(v) for k, v in params.items() if k != "query"}
     if url:
         meta["mlflow_run"] = url
     return meta

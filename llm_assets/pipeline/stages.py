@@ -1,71 +1,155 @@
 """The pure work of each asset of a query lineage (no Dagster here; assets wrap these).
 
-Row identity: `filtered` numbers its rows `_row` = 0..n-1 in a deterministic order (sorted on
-every column), and every later table refers to rows by `_row` and to distinct LLM inputs by
-`_input_id`. Row accounting: each row of `filtered` ends in exactly one `status`:
-`answered` (every LLM stage it reached answered it), `skipped` (with a `reason`: a null in an
-LLM field under the skip policy) or `failed` (with the engine's error). Rows removed by a
-predicate before the LLM are counted as skipped too (`rows_skipped_by_predicate`).
+The assets (`llm_assets.assets`), the CLI (`llm-assets run|plan`) and the benchmarks all call
+these functions, through `llm_assets.pipeline.run` outside Dagster.
+
+Row identity: `filtered` holds every row of the join, numbered `_row` = 0..n-1 in stored
+order; every later table refers to rows by `_row` and to distinct LLM inputs by `_input_id`.
+Row accounting: each row of `filtered` ends in `result` with exactly one `status`:
+`answered` (every LLM stage it reached answered it), `skipped` (with a `reason`: a pushed-down
+predicate removed it before the LLM, or a null in an LLM field under the skip policy) or
+`failed` (with the engine's or the planner's error).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
 
 from llm_assets.optimizer import encode, reorder
 from llm_assets.optimizer.dedup import dedup_rows
 from llm_assets.optimizer.prompts import fit_row, parse_template, render_prompts
 from llm_assets.optimizer.table import EncodedTable
 from llm_assets.query import LLMCall, LLMQuery, bare_name
+from llm_assets.pipeline.options import CONTEXT_POLICIES, NULL_POLICIES
 from resources.engine import Request, Response
 
-NULL_POLICIES = ("skip", "empty", "fail")
-CONTEXT_POLICIES = ("fail", "truncate")
 TOO_LONG_HINT = {
     "fail": "use 'truncate' to cut the longest field",
     "truncate": "even with the longest field cut to nothing it does not fit",
 }
 ROW = "_row"
 INPUT = "_input_id"
+SKIP = "_skip"
+"""In `filtered`: why a pushed-down predicate removed the row (None: kept)."""
 
 
 # ---- filtered ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Filtered:
-    frame: pd.DataFrame
-    rows_joined: int
-    """Rows of the join before any predicate (the query's input rows)."""
+def locked_connection() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection that cannot touch files or attach databases, with its
+    configuration locked: the user's SQL sees only the relations registered on it."""
+    con = duckdb.connect(config={"enable_external_access": False})
+    con.execute("SET lock_configuration = true")
+    return con
 
 
-def run_filtered(query: LLMQuery, tables: dict[str, pd.DataFrame], pushdown: bool) -> Filtered:
-    """Join the sources in DuckDB; with `pushdown`, run the non-LLM predicates there too.
+def predicate_only_columns(query: LLMQuery) -> dict[str, list[str]]:
+    """Per source alias, the columns only non-LLM predicates read. They are the ones typed
+    for SQL (`rating > 3` on a text file); every other column keeps the file's text, so a
+    prompt, a projection or a join key sees the value exactly as written."""
+    other = {c for c in query.projection if "." in c}
+    other |= set(query.aggregate.group_by if query.aggregate else ())
+    other |= {f for call in query.llm_calls for f in call.fields if "." in f}
+    other |= {c for r in query.retrievals for c in (r.query_column, r.corpus_column)}
+    for j in query.joins:
+        other |= {f"{j.left_alias}.{j.left_column}", f"{j.right_alias}.{j.right_column}"}
+    out: dict[str, list[str]] = {}
+    for p in query.predicates:
+        for column in p.columns:
+            alias, name = column.split(".", 1)
+            if column not in other and name not in out.setdefault(alias, []):
+                out[alias].append(name)
+    return out
 
-    Rows come out in stored order: by row number in the largest source (the fact table),
-    then in the others; never sorted on values, so the FIFO baseline sees the data as stored.
-    """
-    con = duckdb.connect()
+
+def _typed_view(name: str, raw: str, table: pa.Table, columns: Sequence[str]) -> str:
+    """`CREATE VIEW name AS SELECT * REPLACE (TRY_CAST(c AS T) AS c, ...) FROM raw` for the
+    text columns whose values all read as a DuckDB type (built from the AST)."""
+    from llm_assets.data.tables import predicate_types
+
+    text = [c for c in columns if c in table.column_names]
+    types = {c: t for c, t in predicate_types(table, text).items() if t != "VARCHAR"}
+    star = exp.Star()
+    if types:
+        star = exp.Star(
+            replace=[
+                exp.alias_(
+                    exp.TryCast(this=exp.column(c, quoted=True), to=exp.DataType.build(t)),
+                    c,
+                    quoted=True,
+                )
+                for c, t in types.items()
+            ]
+        )
+    select = exp.select(star).from_(exp.to_identifier(raw, quoted=True))
+    view = exp.Create(this=exp.to_identifier(name, quoted=True), kind="VIEW", expression=select)
+    return view.sql(dialect="duckdb")
+
+
+def as_arrow(table: pa.Table | pd.DataFrame) -> pa.Table:
+    if isinstance(table, pa.Table):
+        return table
+    return pa.Table.from_pandas(table, preserve_index=False)
+
+
+def run_filtered(
+    query: LLMQuery, tables: Mapping[str, pa.Table | pd.DataFrame], pushdown: bool
+) -> pd.DataFrame:
+    """Every row of the join of the sources, numbered `_row` in stored order (by row number in
+    the largest source, then in the others; never sorted on values, so the FIFO baseline sees
+    the data as stored), with `_skip`: with `pushdown`, the reason a non-LLM predicate removes
+    the row before any LLM call (evaluated in DuckDB), else None.
+
+    Runs on `locked_connection()`: the user's SQL reaches only the registered tables."""
+    con = locked_connection()
+    typed = predicate_only_columns(query)
     size = {s.alias: len(tables[s.table]) for s in query.sources}
     by_size = sorted(range(len(query.sources)), key=lambda i: -size[query.sources[i].alias])
-    order = [f"_src_{i}" for i in by_size]
+    relation = {}
     try:
-        for name, frame in tables.items():
-            con.register(name, frame.assign(_src_row=np.arange(len(frame), dtype=np.int64)))
-        joined = con.execute(f"SELECT COUNT(*) FROM (SELECT 1 {query.from_sql()})").fetchone()[0]
-        extra = tuple(f"{s.alias}._src_row AS _src_{i}" for i, s in enumerate(query.sources))
-        sql = query.pre_llm_sql(pushdown, extra=extra)
-        frame = con.execute(f"SELECT * FROM ({sql}) ORDER BY {', '.join(order)}").df()
+        for i, source in enumerate(query.sources):
+            if source.table in relation:
+                continue
+            table = as_arrow(tables[source.table])
+            table = table.append_column("_src_row", pa.array(np.arange(len(table), dtype=np.int64)))
+            con.register(f"_raw{i}", table)
+            con.execute(_typed_view(f"_t{i}", f"_raw{i}", table, typed.get(source.alias, ())))
+            relation[source.table] = f"_t{i}"
+        rows = {s.alias: f"_src_{i}" for i, s in enumerate(query.sources)}
+        inner = query.pre_llm_sql(False, tables=relation, source_row_columns=rows)
+        skip = _skip_reason(query) if pushdown else exp.null()
+        order = [exp.column(rows[query.sources[i].alias], quoted=True) for i in by_size]
+        sql = (
+            exp.select(exp.Star(), exp.alias_(skip, "_skip", quoted=True))
+            .from_(exp.paren(sqlglot.parse_one(inner, read="duckdb")).as_("_joined"))
+            .order_by(*order)
+        )
+        frame = con.execute(sql.sql(dialect="duckdb")).df()
     finally:
         con.close()
-    frame = frame.drop(columns=order)
+    frame = frame.drop(columns=list(rows.values()))
+    frame["_skip"] = frame["_skip"].astype(object).where(frame["_skip"].notna(), None)
     frame.insert(0, ROW, np.arange(len(frame), dtype=np.int64))
-    return Filtered(frame, int(joined))
+    return frame
+
+
+def _skip_reason(query: LLMQuery) -> exp.Expression:
+    """CASE WHEN NOT COALESCE(p1, FALSE) THEN 'predicate p1 is false' ... END over output
+    names: the first predicate that removes the row, or NULL."""
+    case = exp.Case()
+    for sql in query.post_llm_predicates(False):
+        predicate = sqlglot.parse_one(sql, read="duckdb")
+        kept = exp.func("COALESCE", exp.paren(predicate), exp.false())
+        case = case.when(exp.not_(kept), exp.Literal.string(f"predicate {sql} is false"))
+    return case if query.predicates else exp.null()
 
 
 # ---- per-stage rows ---------------------------------------------------------------------
@@ -94,9 +178,10 @@ def stage_input(
     query: LLMQuery,
     previous: Sequence[tuple[LLMCall, pd.DataFrame, pd.DataFrame]],
 ) -> pd.DataFrame:
-    """The rows the next LLM stage runs on: `base` rows that every earlier stage answered and
-    whose answers passed that stage's LLM filters, with the answers as columns."""
-    rows = base
+    """The rows the next LLM stage runs on: `base` rows no pushed-down predicate removed,
+    that every earlier stage answered and whose answers passed that stage's LLM filters, with
+    the answers as columns."""
+    rows = base[base[SKIP].isna()].drop(columns=[SKIP]) if SKIP in base else base
     for call, deduped, outputs in previous:
         answers = answers_by_row(deduped, outputs)
         rows = rows.merge(answers, on=ROW, how="inner")
@@ -229,11 +314,15 @@ def run_plan(
     )
 
 
-def requests_from_plan(plan: pd.DataFrame, call: LLMCall) -> list[Request]:
-    """The requests to send: every planned prompt that has no planning error."""
+def requests_from_plan(
+    plan: pd.DataFrame, call: LLMCall, max_tokens: int | None = None
+) -> list[Request]:
+    """The requests to send: every planned prompt that has no planning error, with the call's
+    output spec and `max_tokens` (default: the call's)."""
     sendable = plan[plan["error"].isna()] if "error" in plan else plan
+    limit = max_tokens or call.max_tokens
     return [
-        Request(id=rid, prompt=prompt, max_tokens=call.max_tokens, output=call.output)
+        Request(id=rid, prompt=prompt, max_tokens=limit, output=call.output)
         for rid, prompt in zip(sendable["request_id"], sendable["prompt"], strict=True)
     ]
 
@@ -292,13 +381,18 @@ def run_result(
     stages: Sequence[tuple[LLMCall, pd.DataFrame, pd.DataFrame]],
     pushdown: bool,
 ) -> pd.DataFrame:
-    """Every row of `base` (the filtered or retrieved rows) with each stage's answer, a
-    `status` (answered / skipped / failed), a `reason`, and `passed` (in the query's output:
-    answered and kept by every LLM filter and post-LLM predicate)."""
-    out = base.copy()
-    status = pd.Series("answered", index=out.index, dtype=object)
-    reason = pd.Series([None] * len(out), index=out.index, dtype=object)
-    passed = pd.Series(True, index=out.index)
+    """Every row of `base` (the filtered or retrieved rows, all of the join) with each stage's
+    answer, a `status` (answered / skipped / failed), a `reason`, and `passed` (in the query's
+    output: answered and kept by every predicate and LLM filter).
+
+    Invariant: one row per row of `base`, each with exactly one status; a row a pushed-down
+    predicate removed is `skipped` with that predicate as its reason."""
+    out = base.drop(columns=[SKIP]) if SKIP in base else base.copy()
+    removed = base[SKIP].notna() if SKIP in base else pd.Series(False, index=out.index)
+    status = pd.Series("answered", index=out.index, dtype=object).where(~removed, "skipped")
+    reason = base[SKIP].astype(object) if SKIP in base else pd.Series(None, index=out.index)
+    reason = reason.where(removed, None)
+    passed = ~removed
     for call, deduped, outputs in stages:
         answers = answers_by_row(deduped, outputs).set_index(ROW)
         reached = out[ROW].isin(answers.index) & passed
@@ -328,10 +422,14 @@ def _kept(llm_filter, answer) -> bool:
 
 
 def _evaluate(frame: pd.DataFrame, predicate: str) -> pd.Series:
-    con = duckdb.connect()
+    """The predicate (SQL over output names, from the query model) on every row, null as
+    false; on a locked connection, the statement built from the parsed predicate."""
+    kept = exp.func("COALESCE", exp.paren(sqlglot.parse_one(predicate, read="duckdb")), exp.false())
+    con = locked_connection()
     try:
-        con.register("t", frame)
-        values = con.execute(f"SELECT COALESCE(({predicate}), FALSE) FROM t").fetchnumpy()
+        con.register("_rows", frame)
+        sql = exp.select(kept).from_("_rows").sql(dialect="duckdb")
+        values = con.execute(sql).fetchnumpy()
     finally:
         con.close()
     return pd.Series(next(iter(values.values())).astype(bool), index=frame.index)
@@ -353,15 +451,17 @@ def run_answer(result: pd.DataFrame, query: LLMQuery) -> pd.DataFrame:
     return out[list(query.projection_columns())]
 
 
-def accounting(result: pd.DataFrame, rows_joined: int) -> dict[str, int]:
-    """Counts of the query's input rows by status; invariant: they sum to `rows_in`."""
+def accounting(result: pd.DataFrame) -> dict[str, int]:
+    """Counts of the query's input rows (every row of the join) by status; invariant:
+    answered + skipped + failed == rows_in."""
     counts = result["status"].value_counts()
-    by_predicate = rows_joined - len(result)
+    skipped = result["status"] == "skipped"
+    by_predicate = skipped & result["reason"].astype(str).str.startswith("predicate ")
     return {
-        "rows_in": rows_joined,
+        "rows_in": len(result),
         "answered": int(counts.get("answered", 0)),
-        "skipped": int(counts.get("skipped", 0)) + by_predicate,
+        "skipped": int(counts.get("skipped", 0)),
         "failed": int(counts.get("failed", 0)),
-        "rows_skipped_by_predicate": by_predicate,
+        "rows_skipped_by_predicate": int(by_predicate.sum()),
         "rows_passed": int(result["passed"].sum()),
     }

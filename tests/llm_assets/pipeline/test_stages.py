@@ -3,8 +3,8 @@
 import pandas as pd
 import pytest
 
-from llm_assets.assets import stages
-from llm_assets.queries import compile_query
+from llm_assets.pipeline import stages
+from llm_assets.benchmark_queries import compile_query
 from resources.engine import Response
 
 Q2 = compile_query("q2", "movies")

@@ -1,6 +1,6 @@
 import pytest
 
-from llm_assets.assets.retrieval import TfidfRetriever, build_retriever
+from llm_assets.pipeline.retrieval import TfidfRetriever, build_retriever
 from llm_assets.data import generate
 
 

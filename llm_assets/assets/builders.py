@@ -1,0 +1,330 @@
+"""Small builders, one per stage, that the factory assembles into a query lineage:
+
+    <sources>  ->  filtered  [-> embeddings, retrieved]  ->  deduped -> request_plan
+      -> llm_outputs  [-> deduped_2 -> request_plan_2 -> llm_outputs_2 ...]  ->  result -> answer
+
+Each asset is a thin wrapper over `llm_assets.pipeline` functions; checks are in `checks.py`.
+Resources are looked up by key (`options`, `gx`, `tracker`, `response_cache` and the query's
+engine key), so one code location can run queries on different engines.
+"""
+
+import time
+
+import dagster as dg
+import pandas as pd
+
+from llm_assets.assets import checks
+from llm_assets.assets.definition import QueryDefinition
+from llm_assets.assets.tracking import log_llm_run
+from llm_assets.pipeline import stages
+from llm_assets.pipeline.options import QueryOptions
+from llm_assets.pipeline.run import call_max_tokens, plan_stage, retrieve
+from llm_assets.query import LLMCall
+from resources.runner import run_requests
+
+COMMON = {"options", "gx"}
+
+
+def _options(context, qdef: QueryDefinition) -> QueryOptions:
+    return context.resources.options.apply(qdef.options)
+
+
+def _partition(context) -> str | None:
+    return context.partition_key if context.has_partition_key else None
+
+
+def _ins(qdef: QueryDefinition, k: int) -> dict[str, dg.AssetIn]:
+    """Inputs of stage k (and of `result` with k = number of calls): the base relation and
+    every earlier stage's deduped rows and outputs."""
+    ins = {"base": dg.AssetIn(qdef.key(qdef.base))}
+    for j in range(k):
+        s = qdef.stage_suffix(j)
+        ins[f"deduped_{j}"] = dg.AssetIn(qdef.key(f"deduped{s}"))
+        ins[f"outputs_{j}"] = dg.AssetIn(qdef.key(f"llm_outputs{s}"))
+    return ins
+
+
+def _previous(qdef: QueryDefinition, k: int, ins: dict) -> list[tuple]:
+    calls = qdef.query.llm_calls
+    return [(calls[j], ins[f"deduped_{j}"], ins[f"outputs_{j}"]) for j in range(k)]
+
+
+def _arg(name: str) -> str:
+    """A Python parameter name for a table name (table names are identifiers already)."""
+    return f"t_{name}"
+
+
+# ---- sources ----------------------------------------------------------------------------
+
+
+def source_asset(qdef: QueryDefinition, table: str) -> dg.AssetsDefinition:
+    """The table read from its file or DuckDB table by the one loader (a landed file when the
+    table is the landing table: the run's partition key names it)."""
+    spec = qdef.sources[table]
+    landed = table == qdef.landed_table
+
+    @dg.asset(
+        key=qdef.source_key(table),
+        group_name=qdef.name,
+        kinds={"duckdb" if spec.duckdb_table else "file"},
+        partitions_def=qdef.partitions_def if landed else None,
+        description=f"Table {table!r} of query {qdef.name}: "
+        + ("each landed file" if landed else spec.label),
+    )
+    def source(context: dg.AssetExecutionContext):
+        path = None
+        if landed:
+            from pathlib import Path
+
+            path = str(Path(qdef.landing.folder) / context.partition_key)
+        frame = spec.read(path)
+        context.add_output_metadata(
+            {
+                "rows": frame.num_rows,
+                "columns": ", ".join(frame.column_names),
+                "data": path or spec.label,
+            }
+        )
+        return frame
+
+    return source
+
+
+# ---- filtered and retrieval -------------------------------------------------------------
+
+
+def filtered_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
+    tables = sorted({s.table for s in qdef.query.sources})
+
+    @dg.asset(
+        key=qdef.key("filtered"),
+        ins={_arg(t): dg.AssetIn(qdef.source_key(t)) for t in tables},
+        group_name=qdef.name,
+        kinds={"duckdb"},
+        partitions_def=qdef.partitions_def,
+        check_specs=checks.fields_check_specs(qdef, "filtered"),
+        required_resource_keys=COMMON,
+        description="Join of the sources; rows a pushed-down predicate removes are marked "
+        "skipped with the reason (DuckDB, locked connection).",
+    )
+    def filtered(context: dg.AssetExecutionContext, **frames):
+        options = _options(context, qdef)
+        by_table = {t: frames[_arg(t)] for t in tables}
+        out = stages.run_filtered(qdef.query, by_table, options.pushdown)
+        sql = qdef.query.pre_llm_sql(options.pushdown)
+        kept = int(out[stages.SKIP].isna().sum())
+        yield dg.Output(
+            out,
+            metadata={
+                "rows_joined": len(out),
+                "rows": kept,
+                "rows_removed_by_predicate": len(out) - kept,
+                "pushdown": options.pushdown,
+                "data": qdef.data_label(_partition(context)),
+                "sql": dg.MetadataValue.md(f"```sql\n{sql}\n```"),
+            },
+        )
+        if qdef.base == "filtered":
+            yield checks.fields_check(qdef, out, options, context.resources.gx)
+
+    return filtered
+
+
+def retrieved_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
+    """The k nearest corpus values per row (the index is rebuilt from the corpus each run:
+    TF-IDF over distinct values is cheap and nothing stale can be read)."""
+    query = qdef.query
+    tables = sorted({s.table for s in query.sources})
+    ks = ", ".join(f"{r.name}: k={r.k}" for r in query.retrievals)
+
+    @dg.asset(
+        key=qdef.key("retrieved"),
+        ins={
+            "filtered": dg.AssetIn(qdef.key("filtered")),
+            **{_arg(t): dg.AssetIn(qdef.source_key(t)) for t in tables},
+        },
+        group_name=qdef.name,
+        kinds={"scikitlearn"},
+        partitions_def=qdef.partitions_def,
+        check_specs=checks.fields_check_specs(qdef, "retrieved"),
+        required_resource_keys=COMMON,
+        description=f"The nearest corpus values per row as separate fields ({ks}).",
+    )
+    def retrieved(context: dg.AssetExecutionContext, filtered: pd.DataFrame, **frames):
+        options = _options(context, qdef)
+        by_table = {t: frames[_arg(t)] for t in tables}
+        out = retrieve(query, by_table, filtered, options.retriever)
+        yield dg.Output(out, metadata={"rows": len(out), "retriever": options.retriever})
+        yield checks.fields_check(qdef, out, options, context.resources.gx)
+
+    return retrieved
+
+
+# ---- one LLM stage ------------------------------------------------------------------------
+
+
+def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
+    """deduped + request_plan (one multi-asset: both come from one planning pass) and
+    llm_outputs of LLM call k, with their checks."""
+    s = qdef.stage_suffix(k)
+    relquery = f"{qdef.name}:{call.name}"
+    engine_key = qdef.engine_key
+
+    @dg.multi_asset(
+        name=f"{qdef.name}_plan{s}",
+        outs={
+            "deduped": dg.AssetOut(
+                key=qdef.key(f"deduped{s}"),
+                kinds={"pandas"},
+                description=f"Rows for LLM call {call.name} with exact-dedup input ids.",
+            ),
+            "request_plan": dg.AssetOut(
+                key=qdef.key(f"request_plan{s}"),
+                kinds={"pandas"},
+                description=f"Prompts for {call.name} in submission order (row/field reorder).",
+            ),
+        },
+        ins=_ins(qdef, k),
+        group_name=qdef.name,
+        partitions_def=qdef.partitions_def,
+        required_resource_keys=COMMON | {engine_key},
+    )
+    def plan(context: dg.AssetExecutionContext, **ins):
+        options = _options(context, qdef)
+        engine = getattr(context.resources, engine_key).engine
+        rows = stages.stage_input(ins["base"], qdef.query, _previous(qdef, k, ins))
+        started = time.perf_counter()
+        deduped, planned = plan_stage(qdef.query, call, rows, options, engine, relquery)
+        live = deduped[deduped[stages.INPUT] >= 0]
+        yield dg.Output(
+            deduped,
+            output_name="deduped",
+            metadata={
+                "rows": len(deduped),
+                "skipped": int(deduped["_skip"].notna().sum()),
+                "distinct_inputs": len(planned),
+                "dedup_ratio": len(planned) / len(live) if len(live) else 1.0,
+            },
+        )
+        yield dg.Output(
+            planned,
+            output_name="request_plan",
+            metadata={
+                "n_requests": len(planned),
+                "method": options.method,
+                "reorder_s": round(time.perf_counter() - started, 4),
+                "truncated": int(planned["truncated"].sum()),
+                "too_long": int(planned["error"].notna().sum()),
+                "first_prompt": dg.MetadataValue.text(
+                    planned["prompt"].iloc[0] if len(planned) else ""
+                ),
+            },
+        )
+
+    @dg.asset(
+        key=qdef.key(f"llm_outputs{s}"),
+        ins={
+            "plan": dg.AssetIn(qdef.key(f"request_plan{s}")),
+            "deduped": dg.AssetIn(qdef.key(f"deduped{s}")),
+        },
+        group_name=qdef.name,
+        kinds={"llm"},
+        partitions_def=qdef.partitions_def,
+        required_resource_keys=COMMON | {engine_key, "response_cache", "tracker"},
+        description=f"Answers of LLM call {call.name}, one row per distinct request.",
+    )
+    def llm_outputs(context: dg.AssetExecutionContext, plan: pd.DataFrame, deduped):
+        options = _options(context, qdef)
+        engine_resource = getattr(context.resources, engine_key)
+        requests = stages.requests_from_plan(plan, call, call_max_tokens(call, options))
+        started = time.perf_counter()
+        cache = context.resources.response_cache.cache()
+        # Chunks exist to commit progress to the cache; without one, one batch keeps the
+        # engine's batches full (chunk boundaries drain the engine).
+        chunk = options.chunk_size if cache.enabled else max(1, len(requests))
+        context.log.info(f"{relquery}: {len(requests):,} requests (chunks of {chunk:,})")
+
+        def progress(done: int, total: int) -> None:
+            context.log.info(f"{relquery}: {done:,}/{total:,} requests done")
+
+        sent = run_requests(
+            engine_resource.engine,
+            relquery,
+            requests,
+            cache=cache,
+            chunk_size=chunk,
+            progress=progress,
+        )
+        outputs = stages.outputs_frame(plan, sent.responses, call)
+        live = deduped[deduped[stages.INPUT] >= 0]
+        metrics = {
+            "wall_time_s": time.perf_counter() - started,
+            "rows_to_llm": len(live),
+            "dedup_ratio": len(plan) / len(live) if len(live) else 1.0,
+            "errors": int(outputs["error"].notna().sum()),
+            "spec_violations": int(outputs["violation"].notna().sum()),
+            "cache_hits": sent.cache_hits,
+            "requests_sent": sent.sent,
+            **stages.row_counts(deduped, outputs),
+        }
+        meta = log_llm_run(
+            context,
+            qdef,
+            options,
+            engine_resource,
+            sent.stats,
+            metrics,
+            data=qdef.data_label(_partition(context)),
+        )
+        context.add_output_metadata(meta)
+        failed, total = metrics["errors"], len(outputs)
+        if total and failed / total > options.max_error_rate:
+            first = outputs["error"].dropna().head(3).tolist()
+            raise RuntimeError(
+                f"{relquery}: {failed} of {total} requests failed "
+                f"({failed / total:.1%} > max_error_rate {options.max_error_rate:.1%}); "
+                f"answered ones are kept in the response cache, a rerun resends only the rest; "
+                f"first errors: {first}"
+            )
+        return outputs
+
+    return [plan, llm_outputs, *checks.stage_checks(qdef, k, call)]
+
+
+# ---- result and answer ------------------------------------------------------------------------
+
+
+def result_assets(qdef: QueryDefinition) -> list:
+    n = len(qdef.query.llm_calls)
+
+    @dg.asset(
+        key=qdef.key("result"),
+        ins=_ins(qdef, n),
+        group_name=qdef.name,
+        kinds={"pandas"},
+        partitions_def=qdef.partitions_def,
+        required_resource_keys=COMMON,
+        description="Every row of the join with its answers, status (answered / skipped / "
+        "failed) and reason.",
+    )
+    def result(context: dg.AssetExecutionContext, **ins):
+        options = _options(context, qdef)
+        out = stages.run_result(ins["base"], qdef.query, _previous(qdef, n, ins), options.pushdown)
+        context.add_output_metadata(stages.accounting(out))
+        return out
+
+    @dg.asset(
+        key=qdef.key("answer"),
+        ins={"result": dg.AssetIn(qdef.key("result"))},
+        group_name=qdef.name,
+        kinds={"pandas"},
+        partitions_def=qdef.partitions_def,
+        description="The query's output: projected rows that passed, or the aggregate.",
+    )
+    def answer(context: dg.AssetExecutionContext, result: pd.DataFrame):
+        out = stages.run_answer(result, qdef.query)
+        preview = out.head(5).to_markdown(index=False)
+        context.add_output_metadata({"rows": len(out), "preview": dg.MetadataValue.md(preview)})
+        return out
+
+    return [result, answer, checks.result_check(qdef)]

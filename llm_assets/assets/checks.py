@@ -1,0 +1,195 @@
+"""The asset checks of a query lineage. Each is a pure function of frames returning the list
+of problems (empty: passed), wrapped as a Dagster check beside its asset; tests call the pure
+functions with corrupted frames to see them fail."""
+
+import dagster as dg
+import pandas as pd
+
+from llm_assets.assets.definition import QueryDefinition
+from llm_assets.optimizer.schedule import validate_schedule
+from llm_assets.pipeline import stages
+from llm_assets.pipeline.options import QueryOptions
+from llm_assets.query import LLMCall
+from resources.expectations import Expect, GXValidator
+
+FIELDS_CHECK = "llm_fields_present"
+
+
+# ---- pure checks -------------------------------------------------------------------------
+
+
+def plan_problems(plan: pd.DataFrame, deduped: pd.DataFrame) -> list[str]:
+    """Every distinct input is planned exactly once, at positions 0..n-1, with one valid field
+    order per request."""
+    expected = sorted(set(deduped.loc[deduped[stages.INPUT] >= 0, stages.INPUT]))
+    problems = []
+    if sorted(plan["position"]) != list(range(len(plan))):
+        problems.append("positions are not 0..n-1")
+    if sorted(plan[stages.INPUT]) != expected:
+        problems.append("planned inputs differ from the distinct inputs")
+    fields = [f.split(",") for f in plan["field_order"]]
+    try:
+        if fields:
+            validate_schedule(
+                list(zip(range(len(fields)), fields, strict=True)), len(fields), fields[0]
+            )
+    except ValueError as exc:
+        problems.append(str(exc))
+    return problems
+
+
+def response_problems(outputs: pd.DataFrame, plan: pd.DataFrame) -> list[str]:
+    """Exactly one answer or error row per planned request."""
+    problems = []
+    if len(outputs) != len(plan):
+        problems.append(f"{len(outputs)} output rows for {len(plan)} planned requests")
+    ids = outputs["request_id"]
+    if ids.duplicated().any():
+        problems.append(f"request ids answered twice: {ids[ids.duplicated()].head(3).tolist()}")
+    unknown = set(ids) - set(plan["request_id"])
+    if unknown:
+        problems.append(f"answers to unplanned requests: {sorted(unknown)[:3]}")
+    empty = outputs["answer"].isna() & outputs["error"].isna()
+    if empty.any():
+        problems.append(f"{int(empty.sum())} rows with neither an answer nor an error")
+    return problems
+
+
+def accounting_problems(result: pd.DataFrame, base: pd.DataFrame) -> list[str]:
+    """answered + skipped + failed == rows in, and `result` holds exactly `base`'s rows."""
+    counts = stages.accounting(result)
+    problems = []
+    total = counts["answered"] + counts["skipped"] + counts["failed"]
+    if total != counts["rows_in"]:
+        problems.append(f"statuses sum to {total}, rows in {counts['rows_in']}")
+    if len(result) != len(base) or set(result[stages.ROW]) != set(base[stages.ROW]):
+        problems.append(f"result has {len(result)} rows, its input {len(base)}")
+    unknown = set(result["status"]) - {"answered", "skipped", "failed"}
+    if unknown:
+        problems.append(f"unknown statuses {sorted(unknown)}")
+    unexplained = result["status"].isin(["skipped", "failed"]) & result["reason"].isna()
+    if unexplained.any():
+        problems.append(f"{int(unexplained.sum())} skipped/failed rows without a reason")
+    return problems
+
+
+def template_columns(qdef: QueryDefinition, frame: pd.DataFrame) -> list[str]:
+    """The columns of `frame` the LLM templates read (retrievals expanded)."""
+    columns: list[str] = []
+    for call in qdef.query.llm_calls:
+        for column in qdef.query.field_columns(call.name).values():
+            expanded = sorted(c for c in frame.columns if c.startswith(f"{column}_"))
+            columns += [column] if column in frame.columns or not expanded else expanded
+    return list(dict.fromkeys(columns))
+
+
+# ---- Dagster wrappers -----------------------------------------------------------------------
+
+
+def fields_check_specs(qdef: QueryDefinition, asset: str) -> list[dg.AssetCheckSpec]:
+    if qdef.base != asset:
+        return []
+    return [dg.AssetCheckSpec(FIELDS_CHECK, asset=qdef.key(asset), blocking=True)]
+
+
+def fields_check(
+    qdef: QueryDefinition, frame: pd.DataFrame, options: QueryOptions, gx: GXValidator
+) -> dg.AssetCheckResult:
+    """Every column an LLM template reads exists; nulls are refused unless the null policy
+    handles them (skip or empty)."""
+    columns = template_columns(qdef, frame)
+    expectations = [Expect("ExpectColumnToExist", {"column": c}) for c in columns]
+    live = frame[frame[stages.SKIP].isna()] if stages.SKIP in frame else frame
+    if options.null_policy == "fail":
+        expectations += [
+            Expect("ExpectColumnValuesToNotBeNull", {"column": c})
+            for c in columns
+            if c in frame.columns
+        ]
+    nulls = {c: int(live[c].isna().sum()) for c in columns if c in live.columns}
+    validation = gx.validate(f"{qdef.name}_fields", live, expectations)
+    return dg.AssetCheckResult(
+        check_name=FIELDS_CHECK,
+        passed=validation.success,
+        metadata={
+            **validation.metadata(),
+            "null_counts": str(nulls),
+            "null_policy": options.null_policy,
+        },
+    )
+
+
+def _result(problems: list[str], **metadata) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        passed=not problems, metadata={"problems": "; ".join(problems) or "none", **metadata}
+    )
+
+
+def stage_checks(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
+    """Checks of one LLM stage: the plan is a permutation, one response per request, answers
+    obey the output spec (a warning: violations are recorded, not coerced)."""
+    s = qdef.stage_suffix(k)
+    partitions = qdef.partitions_def
+
+    @dg.asset_check(
+        asset=qdef.key(f"request_plan{s}"),
+        name="plan_is_a_permutation",
+        blocking=True,
+        additional_ins={"deduped": dg.AssetIn(qdef.key(f"deduped{s}"))},
+        partitions_def=partitions,
+    )
+    def plan_is_a_permutation(request_plan: pd.DataFrame, deduped: pd.DataFrame):
+        """Every distinct input is planned exactly once, in positions 0..n-1."""
+        return _result(plan_problems(request_plan, deduped))
+
+    @dg.asset_check(
+        asset=qdef.key(f"llm_outputs{s}"),
+        name="one_response_per_request",
+        blocking=True,
+        additional_ins={"plan": dg.AssetIn(qdef.key(f"request_plan{s}"))},
+        partitions_def=partitions,
+    )
+    def one_response_per_request(llm_outputs: pd.DataFrame, plan: pd.DataFrame):
+        """Every planned request has exactly one answer or error row."""
+        return _result(response_problems(llm_outputs, plan), requests=len(plan))
+
+    @dg.asset_check(
+        asset=qdef.key(f"llm_outputs{s}"),
+        name="answers_obey_output_spec",
+        blocking=False,
+        partitions_def=partitions,
+    )
+    def answers_obey_output_spec(llm_outputs: pd.DataFrame, gx: GXValidator):
+        """Answers are valid for the call's OutputSpec; violations are recorded, not coerced."""
+        ok = llm_outputs[llm_outputs["error"].isna()]
+        expectations = [Expect("ExpectColumnValuesToBeNull", {"column": "violation"})]
+        if call.output.kind == "choice":
+            expectations.append(
+                Expect(
+                    "ExpectColumnValuesToBeInSet",
+                    {"column": "answer", "value_set": list(call.output.values)},
+                )
+            )
+        validation = gx.validate(f"{qdef.name}_spec{s}", ok, expectations)
+        return dg.AssetCheckResult(
+            passed=validation.success,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={**validation.metadata(), "output_spec": str(call.output)},
+        )
+
+    return [plan_is_a_permutation, one_response_per_request, answers_obey_output_spec]
+
+
+def result_check(qdef: QueryDefinition):
+    @dg.asset_check(
+        asset=qdef.key("result"),
+        name="every_row_accounted_for",
+        blocking=True,
+        additional_ins={"base": dg.AssetIn(qdef.key(qdef.base))},
+        partitions_def=qdef.partitions_def,
+    )
+    def every_row_accounted_for(result: pd.DataFrame, base: pd.DataFrame):
+        """answered + skipped + failed == rows in, and result reconciles with its input."""
+        return _result(accounting_problems(result, base), **stages.accounting(result))
+
+    return every_row_accounted_for

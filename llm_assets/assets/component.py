@@ -1,0 +1,102 @@
+"""`llm_assets.LLMQueryComponent`: an LLM query declared in a `defs.yaml`.
+
+    dg scaffold defs llm_assets.LLMQueryComponent reviews_sentiment
+
+writes `defs/reviews_sentiment/defs.yaml`:
+
+    type: llm_assets.LLMQueryComponent
+    attributes:
+      sql: |
+        SELECT r.id, LLM('Is this review positive? {review}', r.review) AS positive
+        FROM reviews r
+      sources:
+        reviews: reviews.csv          # a file or glob, {asset: a/b}, {duckdb_table, database}
+      options:                        # optional; every QueryOptions field
+        method: ggr
+        null_policy: skip
+
+Relative paths (sources, landing folder) are relative to the folder holding `defs.yaml`. The
+query's name (asset group and key prefix) is `name:` or that folder's name. The component is
+a thin layer over `llm_query_assets` (same lineage, same checks, same MLflow runs).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from dagster.components.scaffold.scaffold import ScaffoldRequest, scaffold_with
+from pydantic import Field
+
+from llm_assets.assets.definition import LandingSpec, QueryDefinition
+from llm_assets.assets.factory import lineage
+from llm_assets.pipeline.options import QueryOptions
+from llm_assets.pipeline.sources import SourceSpec
+
+
+class LLMQueryScaffolder(dg.Scaffolder):
+    """Writes a defs.yaml with an example query over a CSV beside it."""
+
+    def scaffold(self, request: ScaffoldRequest) -> None:
+        dg.scaffold_component(
+            request,
+            {
+                "sql": "SELECT r.id, LLM('Is this review positive? {review}', r.review) "
+                "AS positive FROM reviews r",
+                "sources": {"reviews": "reviews.csv"},
+                "options": {"method": "ggr", "null_policy": "skip"},
+            },
+        )
+
+
+@scaffold_with(LLMQueryScaffolder)
+class LLMQueryComponent(dg.Component, dg.Model, dg.Resolvable):
+    """An LLM-SQL query over your tables as a lineage of assets: filtered -> deduped ->
+    request_plan -> llm_outputs -> result -> answer, with checks and an MLflow run per LLM
+    stage (see llm_assets.assets.factory)."""
+
+    sql: str = Field(description="One LLM-SQL SELECT: LLM('template {col}', t.col) calls.")
+    sources: dict[str, str | SourceSpec] = Field(
+        description="Table name in the SQL -> a file path or glob (CSV, TSV, Parquet, JSON "
+        "lines), {asset: key/path}, or {duckdb_table: schema.table, database: file.duckdb}."
+    )
+    name: str | None = Field(
+        None, description="Asset group and key prefix (default: the defs folder's name)."
+    )
+    options: QueryOptions = Field(
+        default_factory=QueryOptions, description="Optimisation and run options."
+    )
+    engine_key: str = Field("llm_engine", description="Resource key of the LLM engine.")
+    landing: LandingSpec | None = Field(
+        None, description="A folder whose files each become a partition and a run."
+    )
+    description: str | None = Field(None, description="Shown on the query's assets.")
+
+    def definition(self, folder: Path) -> QueryDefinition:
+        def local(path: str) -> str:
+            return path if Path(path).is_absolute() else str(folder / path)
+
+        sources: dict[str, Any] = {}
+        for table, spec in self.sources.items():
+            spec = SourceSpec.parse(spec)
+            if spec.path:
+                spec = spec.model_copy(update={"path": local(spec.path)})
+            if spec.database:
+                spec = spec.model_copy(update={"database": local(spec.database)})
+            sources[table] = spec
+        landing = self.landing
+        if landing is not None:
+            landing = landing.model_copy(update={"folder": local(landing.folder)})
+        return QueryDefinition(
+            name=self.name or folder.name,
+            sql=self.sql,
+            sources=sources,
+            options=self.options,
+            engine_key=self.engine_key,
+            landing=landing,
+            description=self.description,
+        )
+
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        return lineage(self.definition(Path(context.path)))

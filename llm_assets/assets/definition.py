@@ -1,0 +1,142 @@
+"""One user-declared LLM query: what the factory and the component build a lineage from."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import dagster as dg
+from pydantic import BaseModel, ConfigDict, Field
+
+from llm_assets.pipeline.options import QueryOptions
+from llm_assets.pipeline.sources import SourceSpec
+from llm_assets.query import LLMQuery
+from llm_assets.sql import compile_sql
+
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class LandingSpec(BaseModel):
+    """A folder whose files each become a partition of the query (one run per file)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    folder: str = Field(description="Watched folder; each new file is one partition.")
+    table: str | None = Field(
+        None, description="The source table a landed file replaces (default: the only one)."
+    )
+    suffixes: list[str] = Field(
+        [".csv", ".tsv", ".parquet", ".jsonl", ".ndjson", ".json", ".csv.gz", ".tsv.gz"],
+        description="Files with other suffixes are reported and ignored.",
+    )
+    minimum_interval_seconds: int = Field(30, description="Seconds between sensor looks.")
+    running: bool = Field(
+        False, description="Start the sensor running (Dagster starts sensors stopped)."
+    )
+
+
+@dataclass(frozen=True)
+class QueryDefinition:
+    """`name` is the asset group and key prefix of the lineage (`name/filtered`, ...)."""
+
+    name: str
+    sql: str
+    sources: Mapping[str, SourceSpec]
+    options: QueryOptions = field(default_factory=QueryOptions)
+    engine_key: str = "llm_engine"
+    landing: LandingSpec | None = None
+    description: str | None = None
+
+    def __post_init__(self) -> None:
+        if NAME.fullmatch(self.name) is None:
+            raise ValueError(
+                f"query name {self.name!r} must be a Python-like identifier (letters, digits, _)"
+            )
+        missing = sorted({s.table for s in self.query.sources} - set(self.sources))
+        if missing:
+            raise ValueError(
+                f"query {self.name!r}: no source for table(s) {missing}; "
+                f"declared sources: {sorted(self.sources)}"
+            )
+        if self.landing is not None and self.landed_table not in self.sources:
+            raise ValueError(
+                f"query {self.name!r}: landing.table {self.landed_table!r} is not a source"
+            )
+
+    @classmethod
+    def build(
+        cls,
+        name: str,
+        sql: str,
+        sources: Mapping[str, Any],
+        *,
+        engine_key: str = "llm_engine",
+        landing: LandingSpec | Mapping | str | None = None,
+        description: str | None = None,
+        **options: Any,
+    ) -> QueryDefinition:
+        """From the loose forms users write (paths as strings, dicts, option keywords)."""
+        if isinstance(landing, str):
+            landing = LandingSpec(folder=landing)
+        elif isinstance(landing, Mapping):
+            landing = LandingSpec.model_validate(dict(landing))
+        return cls(
+            name=name,
+            sql=sql,
+            sources={t: SourceSpec.parse(s) for t, s in sources.items()},
+            options=QueryOptions.model_validate(options),
+            engine_key=engine_key,
+            landing=landing,
+            description=description,
+        )
+
+    @cached_property
+    def query(self) -> LLMQuery:
+        return compile_sql(self.sql, name=self.name)
+
+    @property
+    def landed_table(self) -> str | None:
+        if self.landing is None:
+            return None
+        if self.landing.table:
+            return self.landing.table
+        tables = sorted(self.sources)
+        if len(tables) != 1:
+            raise ValueError(
+                f"query {self.name!r} reads {tables}: say which one landed files replace "
+                "with landing.table"
+            )
+        return tables[0]
+
+    @cached_property
+    def partitions_def(self) -> dg.DynamicPartitionsDefinition | None:
+        if self.landing is None:
+            return None
+        return dg.DynamicPartitionsDefinition(name=f"{self.name}_files")
+
+    def key(self, name: str) -> dg.AssetKey:
+        return dg.AssetKey([self.name, name])
+
+    def source_key(self, table: str) -> dg.AssetKey:
+        spec = self.sources[table]
+        return dg.AssetKey(spec.asset_path) if spec.asset else self.key(f"source_{table}")
+
+    @property
+    def base(self) -> str:
+        """The relation the LLM stages read: `retrieved` for retrieval queries, else `filtered`."""
+        return "retrieved" if self.query.retrievals else "filtered"
+
+    @staticmethod
+    def stage_suffix(k: int) -> str:
+        return "" if k == 0 else f"_{k + 1}"
+
+    def data_label(self, partition: str | None = None) -> str:
+        """What the data is: each table's file, DuckDB table or asset (and the landed file)."""
+        parts = []
+        for table, spec in sorted(self.sources.items()):
+            label = partition if partition and table == self.landed_table else spec.label
+            parts.append(f"{table}={label}")
+        return ", ".join(parts)

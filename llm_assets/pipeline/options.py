@@ -1,0 +1,95 @@
+"""How one LLM query is optimised and run: a pydantic model shared by the Dagster component,
+the Python factory, run config and the CLI (one definition, one validation).
+
+Invalid values fail when the model is built (at definition load or launch), with pydantic's
+message naming the field and the accepted values:
+
+>>> QueryOptions(method="fastest")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+pydantic_core._pydantic_core.ValidationError: 1 validation error for QueryOptions
+method
+  Input should be 'original', 'column_stats' or 'ggr' ...
+>>> QueryOptions().merged({"dedup": False, "method": None}).dedup
+False
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Method = Literal["original", "column_stats", "ggr"]
+NullPolicy = Literal["skip", "empty", "fail"]
+ContextPolicy = Literal["fail", "truncate"]
+PromptStyle = Literal["named", "values"]
+Retriever = Literal["tfidf", "embedding"]
+
+NULL_POLICIES: tuple[str, ...] = NullPolicy.__args__
+CONTEXT_POLICIES: tuple[str, ...] = ContextPolicy.__args__
+
+
+class QueryOptions(BaseModel):
+    """Optimisation and run switches of one query (every field has a safe default)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    method: Method = Field("ggr", description="Row/field reordering of each LLM stage's prompts.")
+    dedup: bool = Field(True, description="Send each distinct LLM input once.")
+    pushdown: bool = Field(True, description="Run non-LLM predicates before the LLM (in DuckDB).")
+    prompt_style: PromptStyle = Field(
+        "named", description="Fields as `name: value` lines (named) or values only."
+    )
+    system_prompt: str = Field("", description="Sent before each instruction ('' for none).")
+    null_policy: NullPolicy = Field(
+        "skip",
+        description="A null in an LLM field: skip the row with a reason, render it empty, "
+        "or fail the stage.",
+    )
+    context_policy: ContextPolicy = Field(
+        "fail",
+        description="A prompt longer than the context window: fail the row before sending, "
+        "or cut its longest field with a marker.",
+    )
+    max_tokens: int | None = Field(
+        None, description="Generation limit per request (None: the one the SQL implies)."
+    )
+    max_prompt_tokens: int | None = Field(
+        None,
+        description="Prompt token limit (None: the engine's context window minus max_tokens).",
+    )
+    chunk_size: int = Field(
+        256, description="Requests per committed chunk: a crash loses at most one chunk."
+    )
+    max_error_rate: float = Field(
+        0.01, description="Fail llm_outputs when a larger share of requests fail."
+    )
+    retriever: Retriever = Field("tfidf", description="Index behind similarity_search.")
+    order_llm_filters: bool = Field(
+        True,
+        description="Run several LLM predicates cheapest first (cost / (1 - selectivity), "
+        "selectivity from a small sample).",
+    )
+
+    # Bounds are checked by validators, not Field(ge=...): Dagster's component schema
+    # (Resolvable) cannot carry annotated constraints.
+    @field_validator("max_tokens", "max_prompt_tokens", "chunk_size")
+    @classmethod
+    def _positive(cls, value: int | None, info) -> int | None:
+        if value is not None and value < 1:
+            raise ValueError(f"{info.field_name} must be >= 1, got {value}")
+        return value
+
+    @field_validator("max_error_rate")
+    @classmethod
+    def _share(cls, value: float) -> float:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"max_error_rate must be in [0, 1], got {value}")
+        return value
+
+    def merged(self, overrides: Mapping[str, Any]) -> QueryOptions:
+        """These options with every non-None value of `overrides` applied (validated)."""
+        values = {k: v for k, v in overrides.items() if v is not None}
+        return QueryOptions.model_validate({**self.model_dump(), **values})

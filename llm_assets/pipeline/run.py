@@ -1,0 +1,189 @@
+"""One query end to end, in process: the path `llm-assets run` / `plan` and the tests take.
+
+The Dagster assets call the same stage functions one asset at a time (`llm_assets.assets`),
+so for the same tables, options and engine both paths send the same prompts and report the
+same tokens (a test holds them to it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import pandas as pd
+import pyarrow as pa
+
+from llm_assets.pipeline import stages
+from llm_assets.pipeline.options import QueryOptions
+from llm_assets.query import LLMCall, LLMQuery
+from resources.engine import LLMEngine, RunStats
+
+Progress = Callable[[int, int], None]
+
+
+def context_limit(engine: LLMEngine, options: QueryOptions, call: LLMCall, max_tokens: int):
+    """(prompt token limit or None, token counter): the engine's context window minus the
+    call's output budget, unless `options.max_prompt_tokens` says otherwise."""
+    count_tokens = getattr(engine, "count_tokens", None)
+    if count_tokens is None:
+        from resources.sim.tokenizer import ApproxTokenizer
+
+        count_tokens = ApproxTokenizer().count
+    limit = options.max_prompt_tokens
+    if limit is None:
+        deployment = getattr(engine, "deployment", None)
+        window = deployment.model.max_model_len if deployment else None
+        window = window or getattr(engine, "max_model_len", None)
+        limit = window - max_tokens if window else None
+    return limit, count_tokens
+
+
+def call_max_tokens(call: LLMCall, options: QueryOptions) -> int:
+    """The generation limit of one call: the option when set, else what the SQL implies."""
+    return options.max_tokens or call.max_tokens
+
+
+def plan_stage(
+    query: LLMQuery,
+    call: LLMCall,
+    rows: pd.DataFrame,
+    options: QueryOptions,
+    engine: LLMEngine,
+    relquery: str,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(deduped, request_plan) of one LLM call over its input rows."""
+    fields = stages.llm_field_columns(query, call, rows)
+    deduped = stages.run_dedup(rows, fields, options.dedup, options.null_policy)
+    max_tokens = call_max_tokens(call, options)
+    limit, count_tokens = context_limit(engine, options, call, max_tokens)
+    plan = stages.run_plan(
+        deduped,
+        call,
+        fields,
+        options.method,
+        options.prompt_style,
+        relquery,
+        options.system_prompt,
+        max_prompt_tokens=limit,
+        count_tokens=count_tokens,
+        context_policy=options.context_policy,
+    )
+    return deduped, plan
+
+
+@dataclass
+class StageRun:
+    """One LLM call's tables and engine totals."""
+
+    call: LLMCall
+    deduped: pd.DataFrame
+    plan: pd.DataFrame
+    outputs: pd.DataFrame
+    stats: RunStats
+    sent: int
+    cache_hits: int
+
+
+@dataclass
+class QueryRun:
+    """Everything one run produced: every row's status in `result`, the output in `answer`."""
+
+    filtered: pd.DataFrame
+    stages: list[StageRun] = field(default_factory=list)
+    result: pd.DataFrame | None = None
+    answer: pd.DataFrame | None = None
+
+    @property
+    def accounting(self) -> dict[str, int]:
+        return stages.accounting(self.result)
+
+    @property
+    def stats(self) -> RunStats | None:
+        """Engine totals over every LLM stage."""
+        totals = [s.stats for s in self.stages]
+        if not totals:
+            return None
+        first = totals[0]
+        return RunStats(
+            engine=first.engine,
+            model=first.model,
+            hardware=first.hardware,
+            n_requests=sum(t.n_requests for t in totals),
+            prompt_tokens=sum(t.prompt_tokens for t in totals),
+            cached_tokens=sum(t.cached_tokens for t in totals),
+            output_tokens=sum(t.output_tokens for t in totals),
+            engine_time_s=sum(t.engine_time_s for t in totals),
+            wall_time_s=sum(t.wall_time_s for t in totals),
+            errors=sum(t.errors for t in totals),
+        )
+
+
+def retrieve(query: LLMQuery, tables: Mapping[str, pa.Table | pd.DataFrame], rows, retriever):
+    """`rows` with the k nearest corpus values of each retrieval as columns `name_1..name_k`."""
+    import duckdb
+
+    from llm_assets.pipeline.retrieval import build_retriever
+
+    out = rows.copy()
+    for retrieval in query.retrievals:
+        source = next(s for s in query.sources if s.alias == retrieval.corpus_column.split(".")[0])
+        con = stages.locked_connection()
+        try:
+            con.register("_corpus", stages.as_arrow(tables[source.table]))
+            sql = query.corpus_sql(retrieval.name, tables={source.table: "_corpus"})
+            corpus = [v for (v,) in con.execute(sql).fetchall()]
+        except duckdb.Error as exc:
+            raise ValueError(f"retrieval {retrieval.name!r}: {exc}") from exc
+        finally:
+            con.close()
+        index = build_retriever(retriever, corpus)
+        column = query.output_names()[retrieval.query_column]
+        hits = index.search(out[column].fillna("").tolist(), retrieval.k)
+        for j in range(hits.shape[1]):
+            out[f"{retrieval.name}_{j + 1}"] = [index.corpus[i] for i in hits[:, j]]
+    return out
+
+
+def run_query(
+    query: LLMQuery,
+    tables: Mapping[str, pa.Table | pd.DataFrame],
+    options: QueryOptions,
+    engine: LLMEngine,
+    *,
+    send: bool = True,
+    cache=None,
+    progress: Callable[[str], Progress] | None = None,
+) -> QueryRun:
+    """Run every stage of `query` over `tables` on `engine`. With `send=False` only the first
+    LLM stage is planned (nothing is sent; `plan` reports what it would cost)."""
+    from resources.runner import run_requests
+
+    filtered = stages.run_filtered(query, tables, options.pushdown)
+    base = retrieve(query, tables, filtered, options.retriever) if query.retrievals else filtered
+    run = QueryRun(filtered=base)
+    previous: list = []
+    for call in query.llm_calls:
+        rows = stages.stage_input(base, query, previous)
+        relquery = f"{query.name}:{call.name}"
+        deduped, plan = plan_stage(query, call, rows, options, engine, relquery)
+        if not send:
+            run.stages.append(StageRun(call, deduped, plan, pd.DataFrame(), None, 0, 0))
+            return run
+        requests = stages.requests_from_plan(plan, call, call_max_tokens(call, options))
+        chunk = options.chunk_size if cache is not None and cache.enabled else len(requests)
+        sent = run_requests(
+            engine,
+            relquery,
+            requests,
+            cache=cache,
+            chunk_size=max(1, chunk),
+            progress=progress(relquery) if progress else None,
+        )
+        outputs = stages.outputs_frame(plan, sent.responses, call)
+        run.stages.append(
+            StageRun(call, deduped, plan, outputs, sent.stats, sent.sent, sent.cache_hits)
+        )
+        previous.append((call, deduped, outputs))
+    run.result = stages.run_result(base, query, previous, options.pushdown)
+    run.answer = stages.run_answer(run.result, query)
+    return run
