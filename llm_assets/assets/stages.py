@@ -22,6 +22,7 @@ from llm_assets.optimizer.dedup import dedup_rows
 from llm_assets.optimizer.prompts import fit_row, parse_template, render_prompts
 from llm_assets.optimizer.table import EncodedTable
 from llm_assets.query import LLMCall, LLMQuery, bare_name
+from llm_assets.sql_ast import condition_values_sql
 from resources.engine import Request, Response
 
 NULL_POLICIES = ("skip", "empty", "fail")
@@ -58,8 +59,8 @@ def run_filtered(query: LLMQuery, tables: dict[str, pd.DataFrame], pushdown: boo
         for name, frame in tables.items():
             con.register(name, frame.assign(_src_row=np.arange(len(frame), dtype=np.int64)))
         joined = con.execute(f"SELECT COUNT(*) FROM (SELECT 1 {query.from_sql()})").fetchone()[0]
-        extra = tuple(f"{s.alias}._src_row AS _src_{i}" for i, s in enumerate(query.sources))
-        sql = query.pre_llm_sql(pushdown, extra=extra)
+        rows = {s.alias: f"_src_{i}" for i, s in enumerate(query.sources)}
+        sql = query.pre_llm_sql(pushdown, source_row_columns=rows)
         frame = con.execute(f"SELECT * FROM ({sql}) ORDER BY {', '.join(order)}").df()
     finally:
         con.close()
@@ -331,7 +332,7 @@ def _evaluate(frame: pd.DataFrame, predicate: str) -> pd.Series:
     con = duckdb.connect()
     try:
         con.register("t", frame)
-        values = con.execute(f"SELECT COALESCE(({predicate}), FALSE) FROM t").fetchnumpy()
+        values = con.execute(condition_values_sql(predicate, "t")).fetchnumpy()
     finally:
         con.close()
     return pd.Series(next(iter(values.values())).astype(bool), index=frame.index)
