@@ -33,58 +33,72 @@ and the aggregate are named by their output column (`llm_1`, `context`, `avg_sco
 >>> q.columns_needed()
 ('m.title', 'm.info', 'r.text', 'r.kind')
 >>> print(q.pre_llm_sql(pushdown=True))
-SELECT m."title" AS "title", m."info" AS "info", r."text" AS "text", r."kind" AS "kind"
-FROM reviews AS r
-JOIN movies AS m ON r."link" = m."link"
-WHERE (r.kind = 'Fresh')
+SELECT
+  "m"."title" AS "title",
+  "m"."info" AS "info",
+  "r"."text" AS "text",
+  "r"."kind" AS "kind"
+FROM "reviews" AS "r"
+JOIN "movies" AS "m"
+  ON "r"."link" = "m"."link"
+WHERE
+  "r"."kind" = 'Fresh'
 >>> print(*q.post_llm_predicates(pushdown=False))
 "kind" = 'Fresh'
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-import sqlglot
 from sqlglot import exp
 
 from llm_assets.optimizer.prompts import parse_template
 from llm_assets.output_spec import OutputSpec
+from llm_assets.sql_ast import (
+    alias_problem,
+    check_name,
+    identifier,
+    output_problem,
+    parse_condition,
+    render,
+    table,
+    table_problem,
+)
+from llm_assets.sql_ast import (
+    column as column_ref,
+)
 
 AGGREGATE_FUNCTIONS: tuple[str, ...] = ("AVG", "SUM", "COUNT", "MIN", "MAX")
 FILTER_OPS: tuple[str, ...] = ("=", "!=")
+SOURCE_ROW = "_src_row"
+"""The row-number column a caller adds to each source relation (see `pre_llm_sql`)."""
 NAME_SEPARATOR = "__"
 """Joins alias and column in an output name when the bare column name is ambiguous (`m__title`)."""
-
-_SIMPLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 AggregateFunction = Literal["AVG", "SUM", "COUNT", "MIN", "MAX"]
 
 
 def split_column(qualified: str) -> tuple[str, str]:
-    """`"r.review_content"` -> `("r", "review_content")`; ValueError if not `alias.column`.
+    """`"r.review_content"` -> `("r", "review_content")`; ValueError if not `alias.column`
+    with a valid alias and column name (`llm_assets.sql_ast`; the column may contain '.').
 
     >>> split_column("m.movie_info")
     ('m', 'movie_info')
     """
-    alias, dot, column = qualified.partition(".")
-    if not dot or not alias or not column or "." in column:
-        raise ValueError(f"column {qualified!r} is not qualified; write it as alias.column")
-    return alias, column
+    alias, dot, name = qualified.partition(".")
+    if not dot or not alias or not name:
+        raise ValueError(f"column {qualified!r:.120} is not qualified; write it as alias.column")
+    check_name("alias", alias, alias_problem)
+    return alias, check_name("column name", name)
 
 
 def bare_name(field: str) -> str:
     """The name a template placeholder uses for a field: the column part, or the field itself
     for an unqualified stage output (a retrieval). `bare_name("m.movie_info") == "movie_info"`."""
     return field.partition(".")[2] if "." in field else field
-
-
-def quote(name: str) -> str:
-    """A DuckDB quoted identifier (case is kept, `"` doubled)."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 @dataclass(frozen=True)
@@ -97,10 +111,8 @@ class Source:
     """The table name as written in the query; the caller binds it to a DuckDB relation."""
 
     def __post_init__(self) -> None:
-        if not self.alias or "." in self.alias:
-            raise ValueError(f"source alias {self.alias!r} must be a non-empty name without '.'")
-        if not self.table:
-            raise ValueError(f"source {self.alias!r} needs a table name")
+        check_name("source alias", self.alias, alias_problem)
+        check_name("table name", self.table, table_problem)
 
 
 @dataclass(frozen=True)
@@ -117,6 +129,8 @@ class Join:
     """Column of the right side (bare name)."""
 
     def __post_init__(self) -> None:
+        split_column(f"{self.left_alias}.{self.left_column}")
+        split_column(f"{self.right_alias}.{self.right_column}")
         if self.left_alias == self.right_alias:
             raise ValueError(
                 f"join {self.left_alias}.{self.left_column} = {self.right_alias}."
@@ -127,60 +141,71 @@ class Join:
     def aliases(self) -> tuple[str, str]:
         return self.left_alias, self.right_alias
 
-    def sql(self) -> str:
-        return (
-            f"{self.left_alias}.{quote(self.left_column)} = "
-            f"{self.right_alias}.{quote(self.right_column)}"
+    def condition(self) -> exp.EQ:
+        """The condition as a sqlglot tree over quoted identifiers."""
+        return exp.EQ(
+            this=column_ref(self.left_alias, self.left_column),
+            expression=column_ref(self.right_alias, self.right_column),
         )
 
-
-def _sql_columns(sql: str) -> list[exp.Column]:
-    try:
-        tree = sqlglot.parse_one(sql, read="duckdb")
-    except sqlglot.errors.ParseError as exc:
-        raise ValueError(f"predicate {sql!r} is not valid DuckDB SQL: {exc}") from exc
-    return list(tree.find_all(exp.Column))
+    def sql(self) -> str:
+        return render(self.condition())
 
 
 @dataclass(frozen=True)
 class Predicate:
     """One non-LLM conjunct of WHERE, as DuckDB SQL over qualified columns.
 
-    Invariant: the qualified columns that `sql` references are exactly `columns`.
+    Invariants: `sql` is one scalar expression (no statement, subquery or table), rendered
+    from its sqlglot tree with quoted identifiers (construction normalises it, so
+    `Predicate("r.kind = 'F'", ...)` holds `"r"."kind" = 'F'`); the qualified columns it
+    references are exactly `columns`.
     """
 
     sql: str
-    """DuckDB boolean expression over `alias.column` references, e.g. `r.review_type = 'Fresh'`."""
+    """DuckDB boolean expression over `alias.column` references, e.g. `"r"."kind" = 'Fresh'`."""
     columns: tuple[str, ...]
     """The qualified columns `sql` reads, e.g. `("r.review_type",)`."""
 
     def __post_init__(self) -> None:
         found = []
-        for col in _sql_columns(self.sql):
-            if not col.table:
+
+        def requote(node: exp.Expression) -> exp.Expression:
+            if not isinstance(node, exp.Column):
+                return node
+            if node.args.get("db") or node.args.get("catalog"):
                 raise ValueError(
-                    f"predicate {self.sql!r} reads unqualified column {col.name!r}; "
-                    f"qualify it as alias.{col.name}"
+                    f"predicate {self.sql!r} reads {render(node)}; write columns as alias.column"
                 )
-            found.append(f"{col.table}.{col.name}")
+            if not node.table:
+                raise ValueError(
+                    f"predicate {self.sql!r} reads unqualified column {node.name!r}; "
+                    f"qualify it as alias.{node.name}"
+                )
+            found.append(f"{node.table}.{node.name}")
+            return column_ref(*split_column(found[-1]))
+
+        tree = parse_condition(self.sql).transform(requote)
         if set(found) != set(self.columns):
             raise ValueError(
                 f"predicate {self.sql!r} reads columns {sorted(set(found))}, "
                 f"but declares {sorted(set(self.columns))}"
             )
-        for column in self.columns:
-            split_column(column)
+        object.__setattr__(self, "sql", render(tree))
+
+    def expression(self) -> exp.Expression:
+        """The predicate as a sqlglot tree (a fresh copy)."""
+        return parse_condition(self.sql)
 
     def rename(self, names: Mapping[str, str]) -> str:
         """The predicate as SQL over output names (`names`: qualified -> output name)."""
-        tree = sqlglot.parse_one(self.sql, read="duckdb")
 
         def swap(node: exp.Expression) -> exp.Expression:
             if isinstance(node, exp.Column) and node.table:
-                return exp.column(exp.to_identifier(names[f"{node.table}.{node.name}"], True))
+                return exp.column(identifier(names[f"{node.table}.{node.name}"]))
             return node
 
-        return tree.transform(swap).sql(dialect="duckdb")
+        return render(self.expression().transform(swap))
 
 
 @dataclass(frozen=True)
@@ -200,8 +225,7 @@ class LLMCall:
     """Generation limit per request (> 0)."""
 
     def __post_init__(self) -> None:
-        if not self.name:
-            raise ValueError("an LLM call needs a name (its output column)")
+        check_name("LLM call name", self.name, output_problem)
         if self.max_tokens <= 0:
             raise ValueError(
                 f"LLM call {self.name!r}: max_tokens must be > 0, got {self.max_tokens}"
@@ -241,8 +265,7 @@ class Retrieval:
     predicate) form the corpus, e.g. `s.context`; see `LLMQuery.corpus_sql`."""
 
     def __post_init__(self) -> None:
-        if not self.name or "." in self.name:
-            raise ValueError(f"retrieval name {self.name!r} must be a non-empty name without '.'")
+        check_name("retrieval name", self.name, output_problem)
         if self.k <= 0:
             raise ValueError(f"retrieval {self.name!r}: k must be > 0, got {self.k}")
         split_column(self.query_column)
@@ -288,8 +311,7 @@ class Aggregate:
             raise ValueError(
                 f"unknown aggregate {self.function!r}; expected one of {AGGREGATE_FUNCTIONS}"
             )
-        if not self.alias or "." in self.alias:
-            raise ValueError(f"aggregate alias {self.alias!r} must be a non-empty name without '.'")
+        check_name("aggregate alias", self.alias, output_problem)
         for column in self.group_by:
             split_column(column)
 
@@ -329,9 +351,13 @@ class LLMQuery:
         if not self.sources:
             raise ValueError(f"query {self.name!r} has no source")
         aliases = [s.alias for s in self.sources]
-        dupes = sorted({a for a in aliases if aliases.count(a) > 1})
+        lowered = [a.lower() for a in aliases]
+        dupes = sorted({a for a in aliases if lowered.count(a.lower()) > 1})
         if dupes:
-            raise ValueError(f"query {self.name!r}: source aliases {dupes} are used twice")
+            raise ValueError(
+                f"query {self.name!r}: source aliases {dupes} are used twice "
+                f"(aliases are compared case-insensitively, as DuckDB does)"
+            )
         self._check_joins(aliases)
         calls = [c.name for c in self.llm_calls]
         stage_outputs = calls + [r.name for r in self.retrievals]
@@ -486,44 +512,63 @@ class LLMQuery:
 
     # ---- SQL -----------------------------------------------------------------------------
 
-    def _table_sql(self, source: Source, tables: Mapping[str, str] | None) -> str:
-        table = (tables or {}).get(source.table, source.table)
-        if _SIMPLE_NAME.fullmatch(table) is None:
-            table = quote(table)
-        return f"{table} AS {source.alias}"
+    def _table(self, source: Source, tables: Mapping[str, str] | None) -> exp.Table:
+        return table((tables or {}).get(source.table, source.table), source.alias)
+
+    def _from_clauses(self, tables: Mapping[str, str] | None) -> list[exp.Expression]:
+        """`FROM first AS a` and one `JOIN ... ON ...` per later source, as sqlglot nodes."""
+        clauses: list[exp.Expression] = [exp.From(this=self._table(self.sources[0], tables))]
+        for i, source in enumerate(self.sources[1:], start=1):
+            on = exp.and_(*(j.condition() for j in self._joins_for(i)))
+            clauses.append(exp.Join(this=self._table(source, tables), on=on))
+        return clauses
 
     def from_sql(self, tables: Mapping[str, str] | None = None) -> str:
-        """`FROM a AS x JOIN b AS y ON ...`; `tables` maps a table name to a DuckDB relation."""
-        lines = [f"FROM {self._table_sql(self.sources[0], tables)}"]
-        for i, source in enumerate(self.sources[1:], start=1):
-            on = " AND ".join(j.sql() for j in self._joins_for(i))
-            lines.append(f"JOIN {self._table_sql(source, tables)} ON {on}")
-        return "\n".join(lines)
+        """`FROM a AS x` then one `JOIN b AS y ON ...` line per later source; `tables` maps a
+        table name to a DuckDB relation name."""
+        return "\n".join(render(clause) for clause in self._from_clauses(tables))
+
+    def pre_llm_select(
+        self,
+        pushdown: bool,
+        tables: Mapping[str, str] | None = None,
+        source_row_columns: Mapping[str, str] | None = None,
+    ) -> exp.Select:
+        """The sqlglot tree of `pre_llm_sql` (same arguments)."""
+        names = self.output_names()
+        items = [
+            column_ref(*split_column(c)).as_(identifier(names[c])) for c in self.columns_needed()
+        ]
+        aliases = [s.alias for s in self.sources]
+        for alias, name in (source_row_columns or {}).items():
+            if alias not in aliases:
+                raise ValueError(f"source_row_columns names unknown alias {alias!r}: {aliases}")
+            check_name("source row column", name, output_problem)
+            items.append(column_ref(alias, SOURCE_ROW).as_(identifier(name)))
+        first, *joins = self._from_clauses(tables)
+        select = exp.Select(expressions=items, joins=joins)
+        select.set("from_", first)
+        if pushdown and self.predicates:
+            select = select.where(exp.and_(*(p.expression() for p in self.predicates)))
+        return select
 
     def pre_llm_sql(
         self,
         pushdown: bool,
         tables: Mapping[str, str] | None = None,
-        extra: tuple[str, ...] = (),
+        source_row_columns: Mapping[str, str] | None = None,
     ) -> str:
         """The DuckDB SELECT producing the relation the first stage runs over.
 
         It joins the sources and selects `columns_needed()` under `output_names()`; with
         `pushdown` every predicate is in WHERE, without it none is (run
         `post_llm_predicates(False)` after the LLM stages). Table names are used as written
-        unless `tables` maps them to other DuckDB relation names. `extra` SQL expressions
-        (e.g. source row numbers) are appended to the SELECT list. Row order is unspecified.
+        unless `tables` maps them to other DuckDB relation names. `source_row_columns`
+        (alias -> output name) also selects each named source's `SOURCE_ROW` column (its
+        row number, which the caller adds to the relation) under that name. Rendered from
+        the sqlglot tree, every identifier quoted. Row order is unspecified.
         """
-        names = self.output_names()
-        select = ", ".join(
-            f"{split_column(c)[0]}.{quote(split_column(c)[1])} AS {quote(names[c])}"
-            for c in self.columns_needed()
-        )
-        select = ", ".join([select, *extra])
-        sql = f"SELECT {select}\n{self.from_sql(tables)}"
-        if pushdown and self.predicates:
-            sql += "\nWHERE " + " AND ".join(f"({p.sql})" for p in self.predicates)
-        return sql
+        return render(self.pre_llm_select(pushdown, tables, source_row_columns), pretty=True)
 
     def post_llm_predicates(self, pushdown: bool) -> tuple[str, ...]:
         """The predicates still to run after the LLM stages (and before the aggregate), as
@@ -539,13 +584,17 @@ class LLMQuery:
         by_name = {r.name: r for r in self.retrievals}
         if retrieval not in by_name:
             raise ValueError(f"unknown retrieval {retrieval!r}; known: {list(by_name)}")
-        alias, column = split_column(by_name[retrieval].corpus_column)
+        alias, name = split_column(by_name[retrieval].corpus_column)
         source = next(s for s in self.sources if s.alias == alias)
-        col = f"{alias}.{quote(column)}"
-        return (
-            f"SELECT DISTINCT {col} AS value FROM {self._table_sql(source, tables)} "
-            f"WHERE {col} IS NOT NULL ORDER BY value"
+        value = column_ref(alias, name)
+        select = (
+            exp.select(value.as_(identifier("value")))
+            .distinct()
+            .from_(self._table(source, tables))
+            .where(exp.Not(this=exp.Is(this=value.copy(), expression=exp.null())))
+            .order_by(exp.column(identifier("value")))
         )
+        return render(select)
 
     def filters_for(self, call_name: str) -> tuple[LLMFilter, ...]:
         """The LLM filters that apply right after `call_name`."""

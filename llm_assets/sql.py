@@ -31,6 +31,41 @@ Output specs and generation limits (constants below):
 - any other call (a projection, or under COUNT) answers `OutputSpec.text()`, `MAX_TOKENS_TEXT`
   (16, vLLM's default `max_tokens`, as in the paper's harness).
 
+Explicit output and limit: options after the arguments, `LLM('...', col, output => 'form',
+max_tokens => n)`, where form is `text`, `json`, `choice(a,b,...)`, `number(lo,hi)` or
+`regex(pattern)` (`OutputSpec.parse`). An answer that breaks the spec is recorded as a
+violation (json must parse, a regex must match the whole answer). An explicit output must
+agree with what the call's place implies (a filter on 'x': a choice holding 'x';
+AVG/SUM/MIN/MAX: a number), else `SQLError` naming both. Without `max_tokens` the limit
+follows the output as above (`default_max_tokens`).
+
+>>> def out(sql):
+...     call = compile_sql(sql).llm_calls[0]
+...     return call.output.form, call.max_tokens
+>>> out("SELECT LLM('Sentiment of {review}', r.review, output => 'choice(pos,neg)') FROM t r")
+('choice(pos,neg)', 2)
+>>> out("SELECT AVG(LLM('Stars for {review}', r.review, output => 'number(0,5)')) FROM t r")
+('number(0,5)', 3)
+>>> out("SELECT LLM('Facts of {review} as JSON', r.review, output => 'json', max_tokens => 64)"
+...     " FROM t r")
+('json', 64)
+>>> out("SELECT LLM('Airport code in {review}', r.review, output => 'regex(^[A-Z]{3}$)') FROM t r")
+('regex(^[A-Z]{3}$)', 16)
+>>> out("SELECT r.id FROM t r WHERE LLM('Tone of {review}', r.review,"
+...     " output => 'choice(pos,neg,mixed)') = 'pos'")
+('choice(pos,neg,mixed)', 3)
+>>> try:
+...     compile_sql("SELECT r.id FROM t r WHERE"
+...                 " LLM('Stars of {review}', r.review, output => 'number(0,5)') = 'Yes'")
+... except SQLError as exc:
+...     print(str(exc).split(" in WHERE")[0])
+explicit output => 'number(0,5)' conflicts with the choice(Yes,No) implied by LLM(...) = 'Yes'
+
+Identifiers are restricted to what a name can be (`llm_assets.sql_ast`): table names and
+aliases `[A-Za-z_][A-Za-z0-9_]*` (tables optionally schema-qualified), column names printable
+text without `"`, `;` or backslash, at most 128 characters; the model renders every SQL string
+from the sqlglot tree with quoted identifiers.
+
 Everything else raises `SQLError` naming the offending clause, with LLM calls shown as
 `LLM(...)`. Rejections come from the parsed tree, never from matching the raw text.
 
@@ -48,7 +83,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import sqlglot
@@ -65,6 +100,7 @@ from llm_assets.query import (
     Retrieval,
     Source,
 )
+from llm_assets.sql_ast import alias_problem, check_name, column_problem, table_problem
 
 MAX_TOKENS_CHOICE_SHORT = 2
 """Choice answers of at most 4 characters (Yes/No): one answer token plus end of sequence."""
@@ -91,6 +127,8 @@ FALLBACK_OTHER = "Other"
 
 LLM_FUNCTION = "LLM"
 SEARCH_FUNCTION = "SIMILARITY_SEARCH"
+LLM_OPTIONS: tuple[str, ...] = ("output", "max_tokens")
+"""Named LLM arguments: `output => 'form'` (`OutputSpec.parse`), `max_tokens => n`."""
 AGGREGATES: dict[type[exp.Expression], str] = {
     exp.Avg: "AVG",
     exp.Sum: "SUM",
@@ -119,6 +157,14 @@ def _is_llm(node: exp.Expression) -> bool:
 
 def _has_llm(node: exp.Expression) -> bool:
     return any(_is_llm(n) for n in node.walk())
+
+
+def _name(kind: str, value: str, problem, clause: str) -> str:
+    """`value` if it is an acceptable name of this kind, else SQLError naming it."""
+    try:
+        return check_name(kind, value, problem)
+    except ValueError as exc:
+        raise SQLError(f"{exc} (in {clause})") from exc
 
 
 def show(node: exp.Expression) -> str:
@@ -162,8 +208,91 @@ def choice_for(literal: str) -> tuple[str, ...]:
     return (literal, other)
 
 
-def _choice_tokens(values: tuple[str, ...]) -> int:
-    return MAX_TOKENS_CHOICE_SHORT if max(len(v) for v in values) <= 4 else MAX_TOKENS_CHOICE
+def default_max_tokens(output: OutputSpec) -> int:
+    """The generation limit of a call answering `output` when the SQL gives no `max_tokens`.
+
+    >>> [default_max_tokens(OutputSpec.parse(f)) for f in ("choice(Yes,No)", "number(0,5)")]
+    [2, 3]
+    """
+    if output.kind == "choice":
+        short = max(len(v) for v in output.values) <= 4
+        return MAX_TOKENS_CHOICE_SHORT if short else MAX_TOKENS_CHOICE
+    return MAX_TOKENS_NUMBER if output.kind == "number" else MAX_TOKENS_TEXT
+
+
+@dataclass(frozen=True)
+class _Implied:
+    """What the place of an LLM call implies about its answer: the spec it gets from the
+    template by default, and which explicit `output => '...'` agrees with that place."""
+
+    by: str
+    """The clause that implies it, as shown in errors (`LLM(...) = 'Yes'`)."""
+    default: Callable[[str], OutputSpec]
+    """template -> the implied spec."""
+    fits: Callable[[OutputSpec], bool]
+    """Whether an explicit spec agrees."""
+
+    @classmethod
+    def choice(cls, literal: str, cond: exp.Expression) -> _Implied:
+        """`LLM(...) = 'literal'`: a choice holding the literal."""
+        return cls(
+            show(cond),
+            lambda _: OutputSpec.choice(choice_for(literal)),
+            lambda spec: spec.kind == "choice" and literal in spec.values,
+        )
+
+    @classmethod
+    def number(cls, item: exp.Expression) -> _Implied:
+        """AVG/SUM/MIN/MAX(LLM(...)): a number, its range from the template."""
+        return cls(
+            show(item),
+            lambda template: OutputSpec.number(*number_range(template)),
+            lambda spec: spec.kind == "number",
+        )
+
+    @classmethod
+    def nothing(cls) -> _Implied:
+        """A projection or COUNT: text unless the SQL says otherwise."""
+        return cls("", lambda _: OutputSpec.text(), lambda _: True)
+
+
+def _split_options(
+    args: list[exp.Expression], ctx: str
+) -> tuple[list[exp.Expression], dict[str, exp.Expression]]:
+    """LLM arguments after the template -> (positional arguments, options by name)."""
+    positional: list[exp.Expression] = []
+    options: dict[str, exp.Expression] = {}
+    for arg in args:
+        if not isinstance(arg, exp.Kwarg):
+            if options:
+                raise SQLError(
+                    f"LLM argument {show(arg)} follows an option {ctx}; options come last"
+                )
+            positional.append(arg)
+            continue
+        key = arg.this.name.lower()
+        if key not in LLM_OPTIONS:
+            raise SQLError(f"unknown LLM option {show(arg)} {ctx}; options: {LLM_OPTIONS}")
+        if key in options:
+            raise SQLError(f"LLM option {key} is given twice {ctx}")
+        options[key] = arg.expression
+    return positional, options
+
+
+def _output_option(value: exp.Expression, ctx: str) -> OutputSpec:
+    if not (isinstance(value, exp.Literal) and value.is_string):
+        raise SQLError(f"output => {show(value)} must be a string such as 'choice(a,b)' {ctx}")
+    try:
+        return OutputSpec.parse(value.this)
+    except ValueError as exc:
+        raise SQLError(f"{exc} {ctx}") from exc
+
+
+def _max_tokens_option(value: exp.Expression, ctx: str) -> int:
+    if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit():
+        if int(value.this) > 0:
+            return int(value.this)
+    raise SQLError(f"max_tokens => {show(value)} must be a positive integer {ctx}")
 
 
 @dataclass
@@ -183,6 +312,7 @@ class _Compiler:
         has a single source."""
         if col.args.get("db") or col.args.get("catalog"):
             raise SQLError(f"unsupported column {col.sql()} in {clause}: {show(where)}")
+        _name("column name", col.name, column_problem, clause)
         if col.table:
             if col.table not in self.aliases():
                 raise SQLError(
@@ -203,7 +333,11 @@ class _Compiler:
         if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
             raise SQLError(f"unsupported in {clause}: {show(node)} (only table names)")
         table = ".".join(p for p in (node.catalog, node.db, node.name) if p)
-        return Source(node.alias_or_name, table)
+        alias = node.args.get("alias")
+        if alias is not None and alias.columns:
+            raise SQLError(f"unsupported in {clause}: {show(node)} (column aliases on a table)")
+        _name("table name", table, table_problem, clause)
+        return Source(_name("source alias", node.alias_or_name, alias_problem, clause), table)
 
     def joins(self, select: exp.Select) -> list[Join]:
         out: list[Join] = []
@@ -240,15 +374,9 @@ class _Compiler:
     # ---- LLM calls -------------------------------------------------------------------------
 
     def llm_call(
-        self,
-        node: exp.Anonymous,
-        clause: str,
-        where: exp.Expression,
-        name: str | None,
-        output: OutputSpec | None,
-        max_tokens: int | None,
+        self, node: exp.Anonymous, clause: str, where: exp.Expression, name: str | None, implied
     ) -> LLMCall:
-        """Compile one `LLM(...)`; `output=None` means a number spec from the template."""
+        """Compile one `LLM(...)` whose place in the query implies `implied` (an `_Implied`)."""
         ctx = f"in {clause}: {show(where)}"
         args = list(node.expressions)
         if not args or not (isinstance(args[0], exp.Literal) and args[0].is_string):
@@ -262,9 +390,10 @@ class _Compiler:
         except ValueError as exc:
             raise SQLError(f"malformed LLM template {template!r} ({exc}) {ctx}") from exc
         placeholders = list(dict.fromkeys(p for _, p, _, _ in parsed if p is not None))
+        positional, options = _split_options(args[1:], ctx)
         columns: list[str | None] = []
         searches: list[exp.Anonymous] = []
-        for arg in args[1:]:
+        for arg in positional:
             if isinstance(arg, exp.Column):
                 columns.append(self.qualify(arg, clause, where))
             elif _is_call(arg, SEARCH_FUNCTION):
@@ -273,7 +402,7 @@ class _Compiler:
             else:
                 raise SQLError(
                     f"unsupported LLM argument {show(arg)} {ctx} (arguments after the template "
-                    f"are columns or similarity_search(column, k => n))"
+                    f"are columns or similarity_search(column, k => n), then options)"
                 )
         if not columns:
             raise SQLError(f"LLM call passes no column after its template {ctx}")
@@ -290,12 +419,21 @@ class _Compiler:
         it = iter(names)
         for col in columns:
             fields.append(col if col is not None else next(it))
-        call_name = name or f"llm_{len(self.calls) + 1}"
-        if output is None:
-            output = OutputSpec.number(*number_range(template))
+        output = implied.default(template)
+        if "output" in options:
+            explicit = _output_option(options["output"], ctx)
+            if not implied.fits(explicit):
+                raise SQLError(
+                    f"explicit output => {explicit.form!r} conflicts with the {output.form} "
+                    f"implied by {implied.by} {ctx}"
+                )
+            output = explicit
+        max_tokens = default_max_tokens(output)
+        if "max_tokens" in options:
+            max_tokens = _max_tokens_option(options["max_tokens"], ctx)
         try:
             call = LLMCall(
-                call_name, template, tuple(fields), output, max_tokens or MAX_TOKENS_TEXT
+                name or f"llm_{len(self.calls) + 1}", template, tuple(fields), output, max_tokens
             )
         except ValueError as exc:
             raise SQLError(f"{exc} {ctx}") from exc
@@ -368,10 +506,7 @@ class _Compiler:
                     f"unsupported in WHERE: {show(cond)} (an LLM call in WHERE must be a "
                     f"top-level AND conjunct of the form LLM(...) = 'literal')"
                 )
-            values = choice_for(literal)
-            call = self.llm_call(
-                llm, "WHERE", cond, None, OutputSpec.choice(values), _choice_tokens(values)
-            )
+            call = self.llm_call(llm, "WHERE", cond, None, _Implied.choice(literal, cond))
             filters.append(LLMFilter(call.name, op, literal))
         return predicates, filters
 
@@ -420,7 +555,7 @@ class _Compiler:
                     )
                 projection.append(self.qualify(node, "SELECT", item))
             elif _is_llm(node):
-                call = self.llm_call(node, "SELECT", item, alias, OutputSpec.text(), None)
+                call = self.llm_call(node, "SELECT", item, alias, _Implied.nothing())
                 projection.append(call.name)
             elif type(node) in AGGREGATES and _is_llm(node.this):
                 if agg_call is not None:
@@ -450,14 +585,14 @@ class _Compiler:
                 )
         if agg_call is not None:
             node, function, item, alias = agg_call
-            if function == "COUNT":
-                spec, tokens = OutputSpec.text(), MAX_TOKENS_TEXT
-            else:
-                spec, tokens = None, MAX_TOKENS_NUMBER
-            call = self.llm_call(node, "SELECT", item, None, spec, tokens)
-            aggregate = Aggregate(
-                tuple(group_by), function, call.name, alias or f"{function.lower()}_{call.name}"
-            )
+            implied = _Implied.nothing() if function == "COUNT" else _Implied.number(item)
+            call = self.llm_call(node, "SELECT", item, None, implied)
+            try:
+                aggregate = Aggregate(
+                    tuple(group_by), function, call.name, alias or f"{function.lower()}_{call.name}"
+                )
+            except ValueError as exc:
+                raise SQLError(f"{exc} in SELECT: {show(item)}") from exc
             projection = [aggregate.alias if p == "" else p for p in projection]
         return projection, aggregate, group_by
 

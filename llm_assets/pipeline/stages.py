@@ -28,6 +28,7 @@ from llm_assets.optimizer.prompts import fit_row, parse_template, render_prompts
 from llm_assets.optimizer.table import EncodedTable
 from llm_assets.query import LLMCall, LLMQuery, bare_name
 from llm_assets.pipeline.options import CONTEXT_POLICIES, NULL_POLICIES
+from llm_assets.sql_ast import condition_values_sql
 from resources.engine import Request, Response
 
 TOO_LONG_HINT = {
@@ -424,12 +425,10 @@ def _kept(llm_filter, answer) -> bool:
 def _evaluate(frame: pd.DataFrame, predicate: str) -> pd.Series:
     """The predicate (SQL over output names, from the query model) on every row, null as
     false; on a locked connection, the statement built from the parsed predicate."""
-    kept = exp.func("COALESCE", exp.paren(sqlglot.parse_one(predicate, read="duckdb")), exp.false())
     con = locked_connection()
     try:
         con.register("_rows", frame)
-        sql = exp.select(kept).from_("_rows").sql(dialect="duckdb")
-        values = con.execute(sql).fetchnumpy()
+        values = con.execute(condition_values_sql(predicate, "_rows")).fetchnumpy()
     finally:
         con.close()
     return pd.Series(next(iter(values.values())).astype(bool), index=frame.index)

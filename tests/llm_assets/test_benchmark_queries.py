@@ -51,7 +51,7 @@ EXPECTED = {
     ("q2", "movies"): (
         (Source("m", "movies"), Source("r", "reviews")),
         MOVIES_JOIN,
-        ["r.review_type = 'Fresh'"],
+        ['"r"."review_type" = \'Fresh\''],
         [("llm_1", M_FIELDS, YES_NO, 2)],
         (KIDS,),
         ("m.movie_title",),
@@ -60,7 +60,7 @@ EXPECTED = {
     ("q2", "products"): (
         PRODUCTS,
         PRODUCTS_JOIN,
-        ["r.verified = TRUE"],
+        ['"r"."verified" = TRUE'],
         [("llm_1", ("p.description", "r.reviewText"), YES_NO, 2)],
         (KIDS,),
         ("r.asin",),
@@ -69,7 +69,7 @@ EXPECTED = {
     ("q3", "movies"): (
         MOVIES,
         MOVIES_JOIN,
-        ["r.review_type = 'Fresh'"],
+        ['"r"."review_type" = \'Fresh\''],
         [("llm_1", M_FIELDS, YES_NO, 2), ("llm_2", M_FIELDS, TEXT, MAX_TOKENS_TEXT)],
         (KIDS,),
         ("llm_2",),
@@ -78,7 +78,7 @@ EXPECTED = {
     ("q3", "products"): (
         PRODUCTS,
         PRODUCTS_JOIN,
-        ["r.verified = TRUE"],
+        ['"r"."verified" = TRUE'],
         [
             ("llm_1", ("p.description", "r.reviewText"), YES_NO, 2),
             ("llm_2", P_FIELDS, TEXT, MAX_TOKENS_TEXT),
@@ -108,7 +108,7 @@ EXPECTED = {
     ("q5", "squad"): (
         (Source("s", "squad"),),
         (),
-        ["NOT s.is_impossible"],
+        ['NOT "s"."is_impossible"'],
         [("llm_1", ("context", "s.question"), TEXT, MAX_TOKENS_TEXT)],
         (),
         ("llm_1",),

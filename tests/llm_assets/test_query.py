@@ -163,8 +163,8 @@ def test_output_name_that_clashes_with_a_stage_output_is_qualified() -> None:
     # the corpus column is not a per-row input
     assert "s.context" not in [r.query_column for r in q.retrievals]
     assert q.corpus_sql("context", tables={"squad": "squad_v2"}) == (
-        'SELECT DISTINCT s."context" AS value FROM squad_v2 AS s '
-        'WHERE s."context" IS NOT NULL ORDER BY value'
+        'SELECT DISTINCT "s"."context" AS "value" FROM "squad_v2" AS "s" '
+        'WHERE NOT "s"."context" IS NULL ORDER BY "value"'
     )
 
 
@@ -172,11 +172,17 @@ def test_pre_llm_sql_text_and_table_binding() -> None:
     q = two_table_query()
     sql = q.pre_llm_sql(pushdown=True, tables={"reviews": "raw.reviews", "movies": "my movies"})
     assert sql.splitlines() == [
-        'SELECT r."title" AS "r__title", m."info" AS "info", r."content" AS "content", '
-        'm."title" AS "m__title", r."kind" AS "kind"',
-        "FROM raw.reviews AS r",
-        'JOIN "my movies" AS m ON r."link" = m."link"',
-        "WHERE (r.kind = 'Fresh')",
+        "SELECT",
+        '  "r"."title" AS "r__title",',
+        '  "m"."info" AS "info",',
+        '  "r"."content" AS "content",',
+        '  "m"."title" AS "m__title",',
+        '  "r"."kind" AS "kind"',
+        'FROM "raw"."reviews" AS "r"',
+        'JOIN "my movies" AS "m"',
+        '  ON "r"."link" = "m"."link"',
+        "WHERE",
+        '  "r"."kind" = \'Fresh\'',
     ]
     assert "WHERE" not in q.pre_llm_sql(pushdown=False)
     assert q.post_llm_predicates(True) == ()
@@ -218,9 +224,9 @@ def test_three_sources_join_order() -> None:
         projection=("llm_1",),
     )
     assert q.from_sql().splitlines() == [
-        "FROM ta AS a",
-        'JOIN tb AS b ON a."id" = b."aid"',
-        'JOIN tc AS c ON c."id" = b."cid" AND c."x" = a."x"',
+        'FROM "ta" AS "a"',
+        'JOIN "tb" AS "b" ON "a"."id" = "b"."aid"',
+        'JOIN "tc" AS "c" ON "c"."id" = "b"."cid" AND "c"."x" = "a"."x"',
     ]
 
 

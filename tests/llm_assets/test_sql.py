@@ -56,9 +56,9 @@ def test_where_splits_into_predicates_and_ordered_filters() -> None:
         f"AND length(r.content) BETWEEN 1 AND 9"
     )
     assert [p.sql for p in q.predicates] == [
-        "r.kind = 'Fresh'",
-        "r.stars > 3",
-        "LENGTH(r.content) BETWEEN 1 AND 9",
+        '"r"."kind" = \'Fresh\'',
+        '"r"."stars" > 3',
+        'LENGTH("r"."content") BETWEEN 1 AND 9',
     ]
     assert [c.name for c in q.llm_calls] == ["llm_1", "llm_2", "llm_3"]
     kids, sentiment, rec = q.llm_calls
@@ -242,7 +242,7 @@ def test_rejection_is_not_string_matching() -> None:
         "WHERE a.note = 'x OR LLM(y); DELETE'"
     )
     assert q.llm_calls[0].template == "DROP TABLE; is {y} good OR NOT? (SELECT 1)"
-    assert q.predicates[0].sql == "a.note = 'x OR LLM(y); DELETE'"
+    assert q.predicates[0].sql == '"a"."note" = \'x OR LLM(y); DELETE\''
 
 
 SCHEMA = {"reviews": ["review_content", "review_type"]}
