@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from jobs.ladder import RUNGS, check_ladder, run_ladder, specs_for
+from jobs.ladder import RUNGS, check_ladder, groups_for, run_ladder
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -48,9 +48,9 @@ def real_runs(gpu: str, model: str, progress) -> list[dict]:
         if not path.exists():
             print(f"note: {path} is absent; skipping the real-table ladder", file=sys.stderr)
             continue
-        specs = specs_for(queries, [dataset])
+        groups = groups_for(queries, [dataset])
         rows += run_ladder(
-            specs, paths={dataset: [str(path)]}, gpu=gpu, model=model, progress=progress
+            groups, paths={dataset: [str(path)]}, gpu=gpu, model=model, progress=progress
         )
     return rows
 
@@ -223,8 +223,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     logging.disable(logging.WARNING)
     started = time.perf_counter()
-    specs = specs_for(args.queries.split(","), args.datasets.split(","))
-    rows = run_ladder(specs, size=args.size, gpu=args.gpu, model=args.model, progress=print)
+    groups = groups_for(args.queries.split(","), args.datasets.split(","))
+    rows = run_ladder(groups, size=args.size, gpu=args.gpu, model=args.model, progress=print)
     if args.real:
         rows += real_runs(args.gpu, args.model, print)
     seconds = time.perf_counter() - started

@@ -22,7 +22,7 @@ def query_groups(loaded: dg.Definitions) -> set[str]:
 
 def build_defs(resources: dict | None = None) -> dg.Definitions:
     """The code location's definitions; `resources` replaces the environment's defaults."""
-    loaded = dg.load_from_defs_folder(project_root=ROOT)
+    loaded = dg.load_from_defs_folder(path_within_project=ROOT)
     return dg.Definitions.merge(
         loaded,
         dg.Definitions(

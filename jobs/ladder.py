@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from jobs.definitions import build_defs
+from jobs.defs.benchmark_queries import BENCHMARKS
 from jobs.resources import resources_for
-from llm_assets.assets import SPECS_BY_GROUP, QuerySpec
 
 EXPERIMENT = "llm-query-benchmarks"
 RUNGS: dict[str, dict] = {
@@ -27,7 +27,7 @@ RUNGS: dict[str, dict] = {
 
 
 def run_rung(
-    spec: QuerySpec,
+    group: str,
     rung: str,
     size: int | None = None,
     paths: Sequence[str] = (),
@@ -35,14 +35,15 @@ def run_rung(
     model: str = "llama-2-7b",
     defs=None,
 ) -> dict:
-    """One rung of one query: totals over its LLM stages."""
+    """One rung of one benchmark query (by group): totals over its LLM stages."""
+    query, dataset = BENCHMARKS[group]
     switches = RUNGS[rung]
-    label = Path(paths[0]).stem if paths else spec.dataset
+    label = Path(paths[0]).stem if paths else dataset
     defs = defs or build_defs(resources_for("sim"))
-    job = defs.resolve_job_def(f"{spec.group}_job")
+    job = defs.resolve_job_def(f"{group}_job")
     source = {"paths": list(paths)} if paths else {"size": size} if size else {}
     config = {
-        "ops": {f"{spec.dataset}_source": {"config": source}},
+        "ops": {f"{dataset}_source": {"config": source}},
         "resources": {
             "options": {
                 "config": {
@@ -64,7 +65,7 @@ def run_rung(
     result = job.execute_in_process(run_config=config, raise_on_error=False)
     wall = time.perf_counter() - started
     if not result.success:
-        raise RuntimeError(f"{spec.group} {rung}: the job failed (run {result.run_id})")
+        raise RuntimeError(f"{group} {rung}: the job failed (run {result.run_id})")
     stages, accounting = [], {}
     for event in result.get_asset_materialization_events():
         m = event.materialization
@@ -76,9 +77,9 @@ def run_rung(
     prompt = sum(s["prompt_tokens"] for s in stages)
     cached = sum(s["cached_tokens"] for s in stages)
     row = {
-        "query": spec.query_name,
+        "query": query,
         "dataset": label,
-        "group": spec.group,
+        "group": group,
         "rung": rung,
         "rows_in": accounting.get("rows_in", 0),
         "rows_to_llm": sum(s["rows_to_llm"] for s in stages),
@@ -98,7 +99,7 @@ def run_rung(
 
 
 def run_ladder(
-    specs: Sequence[QuerySpec],
+    groups: Sequence[str],
     size: int | None = None,
     paths: dict[str, list[str]] | None = None,
     gpu: str = "L4",
@@ -106,14 +107,15 @@ def run_ladder(
     rungs: Sequence[str] = tuple(RUNGS),
     progress: Callable[[str], None] = lambda _: None,
 ) -> list[dict]:
-    """Every rung of every spec; adds `speedup_vs_no_cache` (no_cache engine time / rung's)."""
+    """Every rung of every query group; adds `speedup_vs_no_cache` (no_cache engine time /
+    the rung's)."""
     defs = build_defs(resources_for("sim"))
     rows = []
-    for spec in specs:
-        spec_paths = (paths or {}).get(spec.dataset, [])
+    for group in groups:
+        group_paths = (paths or {}).get(BENCHMARKS[group][1], [])
         base = None
         for rung in rungs:
-            row = run_rung(spec, rung, size, spec_paths, gpu, model, defs)
+            row = run_rung(group, rung, size, group_paths, gpu, model, defs)
             base = row["engine_time_s"] if rung == "no_cache" else base
             row["speedup_vs_no_cache"] = base / row["engine_time_s"] if base else None
             progress(
@@ -147,9 +149,9 @@ def check_ladder(rows: Sequence[dict]) -> list[str]:
     return problems
 
 
-def specs_for(queries: Sequence[str], datasets: Sequence[str]) -> list[QuerySpec]:
-    """The lineages of the given queries on the given datasets (in benchmark order)."""
-    out = [s for s in SPECS_BY_GROUP.values() if s.query_name in queries and s.dataset in datasets]
+def groups_for(queries: Sequence[str], datasets: Sequence[str]) -> list[str]:
+    """The benchmark query groups of the given queries on the given datasets (in order)."""
+    out = [g for g, (q, d) in BENCHMARKS.items() if q in queries and d in datasets]
     if not out:
         raise ValueError(f"no lineage for queries {list(queries)} on datasets {list(datasets)}")
     return out

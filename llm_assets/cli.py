@@ -10,8 +10,6 @@ from pathlib import Path
 
 import click
 
-from llm_assets.io import InputError, read_table
-
 
 def fail(message: str) -> None:
     click.echo(f"error: {message}", err=True)
@@ -60,13 +58,14 @@ def main() -> None:
 @click.option("--out", type=click.Path(path_type=Path), help="Write the schedule as JSON here.")
 def reorder(input_path: Path, fields: str | None, method: str, out: Path | None) -> None:
     """Reorder rows and fields for prefix-cache reuse; print hit rates and timing."""
+    from llm_assets.data.tables import load_table
     from llm_assets.optimizer import encode
     from llm_assets.optimizer import reorder as run_reorder
     from llm_assets.optimizer.metrics import char_hit_rate, phc
 
     try:
-        table = read_table(input_path)
-    except InputError as exc:
+        table = load_table(input_path)
+    except ValueError as exc:
         fail(str(exc))
     chosen = parse_fields(table, fields)
     started = time.perf_counter()
@@ -86,81 +85,146 @@ def reorder(input_path: Path, fields: str | None, method: str, out: Path | None)
     click.echo(json.dumps(result))
 
 
-class StderrProgress:
-    """Progress lines on stderr, at most one per second, for runs that take a while."""
+# ---- run and plan ----------------------------------------------------------------------------
 
-    def __init__(self, label: str):
-        self.label = label
-        self.last = time.monotonic()
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if now - self.last >= 1.0 or done == total:
-            self.last = now
-            click.echo(f"{self.label}: {done:,}/{total:,} requests", err=True)
+ENGINES = ("sim", "openai", "vllm")
 
 
-@main.command()
-@click.argument("input_path", metavar="INPUT.{csv,parquet}", type=click.Path(path_type=Path))
-@click.option("--template", required=True, help="LLM template naming columns as {column}.")
-@click.option(
-    "--method",
-    type=click.Choice(["original", "column_stats", "ggr"]),
-    default="ggr",
-    show_default=True,
-)
-@click.option("--dedup", is_flag=True, help="Send each distinct input once.")
-@click.option("--no-prefix-cache", is_flag=True, help="Disable prefix caching (No Cache).")
-@click.option("--gpu", default="L4", show_default=True)
-@click.option("--model", default="llama-2-7b", show_default=True)
-@click.option("--max-tokens", type=int, default=16, show_default=True)
-@click.option("--policy", type=click.Choice(["vllm-v0", "vllm-v1"]), default="vllm-v1")
-@click.option("--style", type=click.Choice(["named", "values"]), default="named")
-@click.option("--choices", help="Comma-separated allowed answers (default: free text).")
-def simulate(
-    input_path: Path,
-    template: str,
-    method: str,
-    dedup: bool,
-    no_prefix_cache: bool,
-    gpu: str,
-    model: str,
-    max_tokens: int,
-    policy: str,
-    style: str,
-    choices: str | None,
-) -> None:
-    """Run an LLM template over a table on the simulated vLLM engine; print cost and speed."""
-    from llm_assets.optimizer.cost import cost_usd
-    from llm_assets.optimizer.prompts import plan_prompts
-    from llm_assets.output_spec import OutputSpec
-    from resources.engine import Request
-    from resources.sim.engine import SimulatedEngine
+def read_sql(query_path: Path) -> str:
+    if not query_path.exists():
+        fail(f"query file not found: {query_path}")
+    return query_path.read_text(encoding="utf-8")
 
-    started = time.perf_counter()
-    try:
-        table = read_table(input_path)
-    except InputError as exc:
-        fail(str(exc))
-    require_rows(table)
-    if max_tokens < 1:
-        fail(f"--max-tokens must be >= 1, got {max_tokens}")
-    try:
-        engine = SimulatedEngine(
-            gpu=gpu, model=model, policy=policy, enable_prefix_caching=not no_prefix_cache
+
+def parse_tables(tables: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in tables:
+        name, eq, path = item.partition("=")
+        if not eq or not name or not path:
+            fail(f"--table {item!r}: write it as NAME=PATH (e.g. reviews=reviews.tsv)")
+        if name in out:
+            fail(f"--table {name} is given twice")
+        out[name] = path
+    return out
+
+
+def build_engine(engine: str, gpu: str, model: str, policy: str, prefix_cache: bool):
+    """An engine for the CLI: the simulated one, or a real one configured from the
+    environment (LLM_ASSETS_OPENAI_BASE_URL / _MODEL / _API_KEY; LLM_ASSETS_VLLM_MODEL)."""
+    import os
+
+    from resources.llm_resources import (
+        OpenAIEngineResource,
+        SimulatedEngineResource,
+        VLLMEngineResource,
+    )
+
+    if engine == "sim":
+        resource = SimulatedEngineResource(
+            gpu=gpu, model=model, policy=policy, enable_prefix_caching=prefix_cache
         )
-        plan = plan_prompts(table, template, method=method, dedup=dedup, style=style)
-    except (ValueError, KeyError) as exc:
-        fail(str(exc).strip("'\""))
-    spec = OutputSpec.choice(choices.split(",")) if choices else OutputSpec.text()
-    requests = [
-        Request(id=str(k), prompt=p, max_tokens=max_tokens, output=spec)
-        for k, p in enumerate(plan.prompts)
-    ]
-    result = engine.run("simulate", requests, progress=StderrProgress("simulate"))
-    stats = result.stats
+    elif engine == "openai":
+        missing = [
+            v
+            for v in ("LLM_ASSETS_OPENAI_BASE_URL", "LLM_ASSETS_OPENAI_MODEL")
+            if v not in os.environ
+        ]
+        if missing:
+            fail(f"--engine openai needs the environment variable(s) {', '.join(missing)}")
+        resource = OpenAIEngineResource(
+            base_url=os.environ["LLM_ASSETS_OPENAI_BASE_URL"],
+            model=os.environ["LLM_ASSETS_OPENAI_MODEL"],
+            api_key=os.environ.get("LLM_ASSETS_OPENAI_API_KEY"),
+        )
+    else:
+        if "LLM_ASSETS_VLLM_MODEL" not in os.environ:
+            fail("--engine vllm needs LLM_ASSETS_VLLM_MODEL (weights path or model id)")
+        resource = VLLMEngineResource(
+            model=os.environ["LLM_ASSETS_VLLM_MODEL"], enable_prefix_caching=prefix_cache
+        )
+    return resource, resource.build_engine()
+
+
+class ProgressBar:
+    """A tqdm bar per LLM stage on stderr (`progress(label)(done, total)`)."""
+
+    def __init__(self):
+        self.bars = {}
+
+    def __call__(self, label: str):
+        from tqdm import tqdm
+
+        def update(done: int, total: int) -> None:
+            bar = self.bars.get(label)
+            if bar is None:
+                bar = self.bars[label] = tqdm(total=total, desc=label, unit="req", file=sys.stderr)
+            bar.update(done - bar.n)
+            if done >= total:
+                bar.close()
+
+        return update
+
+
+def query_options(**values):
+    from pydantic import ValidationError
+
+    from llm_assets.pipeline.options import QueryOptions
+
+    try:
+        return QueryOptions(**{k: v for k, v in values.items() if v is not None})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        fail(f"option {'.'.join(map(str, error['loc']))}: {error['msg']}")
+
+
+def load_inputs(sql: str, tables: dict[str, str], name: str):
+    """The compiled query and its tables, read by the one loader (one-line errors)."""
+    from llm_assets.data.tables import load_table
+    from llm_assets.sql import compile_sql
+
+    try:
+        query = compile_sql(sql, name=name)
+    except ValueError as exc:
+        fail(str(exc))
+    needed = sorted({s.table for s in query.sources})
+    missing = [t for t in needed if t not in tables]
+    if missing:
+        fail(f"the query reads table(s) {missing}: give each with --table NAME=PATH")
+    try:
+        frames = {t: load_table(tables[t]) for t in needed}
+    except ValueError as exc:
+        fail(str(exc))
+    return query, frames
+
+
+def engine_options(f):
+    for option in reversed(
+        [
+            click.option("--engine", type=click.Choice(ENGINES), default="sim", show_default=True),
+            click.option("--gpu", default="L4", show_default=True, help="Simulated GPU."),
+            click.option("--model", default="llama-2-7b", show_default=True, help="Sim model."),
+            click.option("--policy", default="vllm-v1", show_default=True, help="Sim scheduler."),
+            click.option("--no-prefix-cache", is_flag=True, help="Disable prefix caching."),
+            click.option("--system-prompt", default=None, help="Sent before each instruction."),
+            click.option("--max-tokens", type=int, default=None, help="Generation limit."),
+            click.option("--no-dedup", is_flag=True, help="Send duplicate inputs again."),
+            click.option("--no-pushdown", is_flag=True, help="Run predicates after the LLM."),
+            click.option(
+                "--null-policy", type=click.Choice(["skip", "empty", "fail"]), default=None
+            ),
+            click.option("--context-policy", type=click.Choice(["fail", "truncate"]), default=None),
+        ]
+    ):
+        f = option(f)
+    return f
+
+
+def summary_of(run, engine, resource, wall_s: float) -> dict:
+    from llm_assets.assets.tracking import engine_costs
+
+    stats = run.stats
     report = {
-        "rows": len(plan.prompt_of_row),
+        "rows": run.accounting,
         "n_requests": stats.n_requests,
         "prompt_tokens": stats.prompt_tokens,
         "cached_tokens": stats.cached_tokens,
@@ -168,22 +232,150 @@ def simulate(
         "output_tokens": stats.output_tokens,
         "errors": stats.errors,
         "engine": stats.engine,
-        "gpu": gpu,
-        "model": model,
+        "model": stats.model,
+        "hardware": stats.hardware,
         "engine_time_s": round(stats.engine_time_s, 3),
-        "wall_s": round(time.perf_counter() - started, 3),
-        "cost_usd": {
-            k: round(v, 6)
-            for k, v in cost_usd(
-                stats.prompt_tokens,
-                stats.cached_tokens,
-                stats.output_tokens,
-                stats.engine_time_s,
-                gpu=gpu,
-                n_gpus=engine.deployment.num_gpus,
-            ).items()
-        },
+        "wall_time_s": round(wall_s, 3),
     }
+    costs = engine_costs(resource, engine, stats)
+    report["cost_usd"] = {k.removeprefix("cost_usd_"): round(v, 6) for k, v in costs.items()}
+    return report
+
+
+@main.command("run")
+@click.argument("query_path", metavar="QUERY.sql", type=click.Path(path_type=Path))
+@click.option("--table", "tables", multiple=True, required=True, help="NAME=PATH (repeatable).")
+@click.option(
+    "--method",
+    type=click.Choice(["original", "column_stats", "ggr"]),
+    default="ggr",
+    show_default=True,
+)
+@click.option("--out", type=click.Path(path_type=Path), help="Write the result (.parquet/.csv).")
+@engine_options
+def run_command(
+    query_path,
+    tables,
+    method,
+    out,
+    engine,
+    gpu,
+    model,
+    policy,
+    no_prefix_cache,
+    system_prompt,
+    max_tokens,
+    no_dedup,
+    no_pushdown,
+    null_policy,
+    context_policy,
+):
+    """Run an LLM-SQL query over files: every row answered, skipped or failed, with a summary
+    (rows, requests, token hit rate, engine time, cost) as one JSON object on stdout."""
+    from llm_assets.pipeline.run import run_query
+
+    started = time.perf_counter()
+    options = query_options(
+        method=method,
+        dedup=not no_dedup,
+        pushdown=not no_pushdown,
+        system_prompt=system_prompt,
+        max_tokens=max_tokens,
+        null_policy=null_policy,
+        context_policy=context_policy,
+    )
+    query, frames = load_inputs(read_sql(query_path), parse_tables(tables), query_path.stem)
+    resource, llm = build_engine(engine, gpu, model, policy, not no_prefix_cache)
+    try:
+        run = run_query(query, frames, options, llm, progress=ProgressBar())
+    except ValueError as exc:
+        fail(str(exc))
+    finally:
+        llm.close()
+    if out is not None:
+        result = run.result
+        if out.suffix.lower() == ".csv":
+            result.to_csv(out, index=False)
+        else:
+            result.to_parquet(out, index=False)
+    report = summary_of(run, llm, resource, time.perf_counter() - started)
+    report["answer_rows"] = len(run.answer)
+    if out is not None:
+        report["out"] = str(out)
+    click.echo(json.dumps(report))
+
+
+@main.command("plan")
+@click.argument("query_path", metavar="QUERY.sql", type=click.Path(path_type=Path))
+@click.option("--table", "tables", multiple=True, required=True, help="NAME=PATH (repeatable).")
+@click.option(
+    "--methods",
+    default="original,column_stats,ggr",
+    show_default=True,
+    help="Comma-separated reorder methods to compare.",
+)
+@engine_options
+def plan_command(
+    query_path,
+    tables,
+    methods,
+    engine,
+    gpu,
+    model,
+    policy,
+    no_prefix_cache,
+    system_prompt,
+    max_tokens,
+    no_dedup,
+    no_pushdown,
+    null_policy,
+    context_policy,
+):
+    """What-if before sending anything: each method's first-LLM-stage prompts on the simulated
+    engine (tokens, token hit rate, simulated engine time, cost). Nothing reaches a real
+    engine; `--engine` other than sim is refused."""
+    from llm_assets.assets.tracking import engine_costs
+    from llm_assets.pipeline import stages
+    from llm_assets.pipeline.run import run_query
+    from resources.sim.engine import SimulatedEngine
+
+    if engine != "sim":
+        fail("plan sends nothing: it always uses the simulated engine (drop --engine)")
+    query, frames = load_inputs(read_sql(query_path), parse_tables(tables), query_path.stem)
+    report = {"query": query.name, "llm_calls": [c.name for c in query.llm_calls], "methods": {}}
+    for method in [m.strip() for m in methods.split(",") if m.strip()]:
+        options = query_options(
+            method=method,
+            dedup=not no_dedup,
+            pushdown=not no_pushdown,
+            system_prompt=system_prompt,
+            max_tokens=max_tokens,
+            null_policy=null_policy,
+            context_policy=context_policy,
+        )
+        started = time.perf_counter()
+        resource, sim = build_engine("sim", gpu, model, policy, not no_prefix_cache)
+        assert isinstance(sim, SimulatedEngine)
+        try:
+            planned = run_query(query, frames, options, sim, send=False)
+        except ValueError as exc:
+            fail(str(exc))
+        stage = planned.stages[0]
+        requests = stages.requests_from_plan(stage.plan, stage.call, max_tokens)
+        result = sim.run(f"{query.name}:plan", requests)
+        report["methods"][method] = {
+            "rows_to_first_llm": int((stage.deduped[stages.INPUT] >= 0).sum()),
+            "n_requests": result.stats.n_requests,
+            "prompt_tokens": result.stats.prompt_tokens,
+            "cached_tokens": result.stats.cached_tokens,
+            "token_hit_rate": round(result.stats.token_hit_rate, 6),
+            "engine_time_s": round(result.stats.engine_time_s, 3),
+            "wall_time_s": round(time.perf_counter() - started, 3),
+            "cost_usd": {
+                k.removeprefix("cost_usd_"): round(v, 6)
+                for k, v in engine_costs(resource, sim, result.stats).items()
+            },
+        }
     click.echo(json.dumps(report))
 
 

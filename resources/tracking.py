@@ -17,8 +17,8 @@ import fcntl
 import logging
 import math
 import time
-from contextlib import contextmanager
 from collections.abc import Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg

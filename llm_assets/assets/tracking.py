@@ -72,7 +72,7 @@ def log_llm_run(context, qdef, options, engine_resource, stats: RunStats, extra,
         "hardware": stats.hardware,
     }
     tags = {
-        "dagster_run_id": context.run_id,
+        "dagster_run_id": context.run.run_id,
         "asset_key": asset,
         "engine": stats.engine,
         **({"partition": context.partition_key} if context.has_partition_key else {}),

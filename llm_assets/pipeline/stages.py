@@ -26,8 +26,8 @@ from llm_assets.optimizer import encode, reorder
 from llm_assets.optimizer.dedup import dedup_rows
 from llm_assets.optimizer.prompts import fit_row, parse_template, render_prompts
 from llm_assets.optimizer.table import EncodedTable
-from llm_assets.query import LLMCall, LLMQuery, bare_name
 from llm_assets.pipeline.options import CONTEXT_POLICIES, NULL_POLICIES
+from llm_assets.query import LLMCall, LLMQuery, bare_name
 from llm_assets.sql_ast import condition_values_sql
 from resources.engine import Request, Response
 

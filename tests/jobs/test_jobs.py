@@ -9,21 +9,21 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from llm_assets.assets import QUERY_SPECS
+from jobs.defs.benchmark_queries import BENCHMARKS
+from llm_assets.benchmark_queries import TABLES, compile_query
 from resources.tracking import MLflowTracker, default_tracking_uri
 from tests.conftest import shared_file
 from tests.jobs.conftest import run_job
 
 ROOT = Path(__file__).resolve().parents[2]
 METRICS = {
-    "latency_s",
+    "wall_time_s",
     "engine_time_s",
     "token_hit_rate",
     "prompt_tokens",
     "cached_tokens",
     "n_requests",
-    "rows_in",
-    "rows_after_filter",
+    "rows_to_llm",
     "dedup_ratio",
     "cost_usd_self_hosted",
     "cost_usd_openai_gpt4o_mini",
@@ -47,14 +47,15 @@ def assert_all_checks_passed(result):
     assert not failed
 
 
-@pytest.mark.parametrize("spec", QUERY_SPECS, ids=lambda s: s.group)
-def test_query_job_runs_every_stage_and_logs_to_mlflow(make_defs, spec):
-    result = run_job(make_defs(), f"{spec.group}_job")
+@pytest.mark.parametrize("group", sorted(BENCHMARKS))
+def test_query_job_runs_every_stage_and_logs_to_mlflow(make_defs, group):
+    query_name, dataset = BENCHMARKS[group]
+    result = run_job(make_defs(), f"{group}_job")
     assert result.success
     assert_all_checks_passed(result)
     outputs = materialized(result, "llm_outputs")
-    assert list(outputs) == [f"{spec.group}/llm_outputs"]
-    meta = outputs[f"{spec.group}/llm_outputs"]
+    assert list(outputs) == [f"{group}/llm_outputs"]
+    meta = outputs[f"{group}/llm_outputs"]
     assert meta["n_requests"] > 0 and 0 < meta["token_hit_rate"] < 1
     (counts,) = materialized(result, "result").values()
     assert counts["answered"] + counts["skipped"] + counts["failed"] == counts["rows_in"]
@@ -63,11 +64,16 @@ def test_query_job_runs_every_stage_and_logs_to_mlflow(make_defs, spec):
         [e.experiment_id for e in client.search_experiments()],
         filter_string=f"tags.dagster_run_id = '{result.run_id}'",
     )
-    assert len(runs) == len(spec.query.llm_calls)
+    assert len(runs) == len(compile_query(query_name, dataset).llm_calls)
     for run in runs:
         assert METRICS <= set(run.data.metrics)
-        assert run.data.params["engine"] == "sim" and run.data.params["query"] == spec.query_name
-        assert run.data.tags["asset_key"].startswith(spec.group)
+        assert run.data.params["engine"] == "sim" and run.data.params["query"] == group
+        assert run.data.params["data"] == ", ".join(
+            f"{t}=asset:{dataset}/{t}" for t in sorted(TABLES[dataset])
+        )
+        assert run.data.tags["asset_key"].startswith(group)
+        assert run.info.run_name.startswith(f"{group}/llm_outputs")
+        assert " ggr dedup pushdown [" in run.info.run_name
 
 
 def test_ladder_switches_change_cost_not_rows(make_defs):

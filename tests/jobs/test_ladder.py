@@ -3,7 +3,7 @@
 
 import pytest
 
-from jobs.ladder import RUNGS, check_ladder, run_ladder, specs_for
+from jobs.ladder import RUNGS, check_ladder, groups_for, run_ladder
 
 FIELDS = {
     "query",
@@ -22,7 +22,7 @@ FIELDS = {
 
 @pytest.mark.parametrize("query", ["q2", "q3"])
 def test_ladder_smoke(home, query):
-    rows = run_ladder(specs_for([query], ["movies"]), size=150)
+    rows = run_ladder(groups_for([query], ["movies"]), size=150)
     assert [r["rung"] for r in rows] == list(RUNGS)
     for row in rows:
         assert FIELDS <= set(row)

@@ -9,8 +9,8 @@ import duckdb
 import pytest
 
 import llm_assets.benchmark_queries as queries_module
-from llm_assets.output_spec import OutputSpec
 from llm_assets.benchmark_queries import DATASETS, QUERIES, TABLES, compile_query, pairs
+from llm_assets.output_spec import OutputSpec
 from llm_assets.query import Aggregate, Join, LLMFilter, Retrieval, Source
 from llm_assets.sql import MAX_TOKENS_TEXT
 from tests.conftest import shared_file

@@ -3,9 +3,9 @@ before any token is spent."""
 
 import pandas as pd
 
-from llm_assets.pipeline import stages
-from llm_assets.optimizer.prompts import TRUNCATION_MARKER, fit_row
 from llm_assets.benchmark_queries import compile_query
+from llm_assets.optimizer.prompts import TRUNCATION_MARKER, fit_row
+from llm_assets.pipeline import stages
 
 Q1 = compile_query("q1", "movies")
 CALL = Q1.llm_calls[0]

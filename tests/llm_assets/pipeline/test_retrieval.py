@@ -1,7 +1,7 @@
 import pytest
 
-from llm_assets.pipeline.retrieval import TfidfRetriever, build_retriever
 from llm_assets.data import generate
+from llm_assets.pipeline.retrieval import TfidfRetriever, build_retriever
 
 
 def test_tfidf_finds_each_questions_own_context():

@@ -3,8 +3,8 @@
 import pandas as pd
 import pytest
 
-from llm_assets.pipeline import stages
 from llm_assets.benchmark_queries import compile_query
+from llm_assets.pipeline import stages
 from resources.engine import Response
 
 Q2 = compile_query("q2", "movies")
@@ -30,14 +30,24 @@ def tables():
     return {"reviews": reviews, "movies": movies}
 
 
-def test_filtered_keeps_source_order_and_counts_the_join():
+def test_filtered_keeps_every_joined_row_in_source_order_and_marks_predicate_skips():
     pushed = stages.run_filtered(Q2, tables(), pushdown=True)
-    assert pushed.rows_joined == 6
-    contents = pushed.frame["review_content"].fillna("<null>").tolist()
-    assert contents == ["great", "dull", "great", "fine", "<null>"]  # reviews' stored order
-    assert pushed.frame[stages.ROW].tolist() == [0, 1, 2, 3, 4]
+    assert len(pushed) == 6
+    contents = pushed["review_content"].fillna("<null>").tolist()
+    assert contents == ["great", "dull", "great", "meh", "fine", "<null>"]  # stored order
+    assert pushed[stages.ROW].tolist() == [0, 1, 2, 3, 4, 5]
+    assert pushed[stages.SKIP].notna().tolist() == [False, False, False, True, False, False]
+    assert "review_type" in pushed[stages.SKIP].iloc[3]
+    kept = stages.stage_input(pushed, Q2, [])
+    assert kept["review_content"].fillna("<null>").tolist() == [
+        "great",
+        "dull",
+        "great",
+        "fine",
+        "<null>",
+    ]
     unpushed = stages.run_filtered(Q2, tables(), pushdown=False)
-    assert len(unpushed.frame) == 6
+    assert unpushed[stages.SKIP].isna().all()
 
 
 def fake_answers(plan, answer_of):
@@ -49,9 +59,10 @@ def fake_answers(plan, answer_of):
 
 def run_all(pushdown, dedup=True, null_policy="skip", answer_of=None):
     answer_of = answer_of or (lambda p: "No" if "dull" in p else "Yes")
-    base = stages.run_filtered(Q2, tables(), pushdown).frame
-    fields = stages.llm_field_columns(Q2, CALL, base)
-    deduped = stages.run_dedup(base, fields, dedup, null_policy)
+    base = stages.run_filtered(Q2, tables(), pushdown)
+    rows = stages.stage_input(base, Q2, [])
+    fields = stages.llm_field_columns(Q2, CALL, rows)
+    deduped = stages.run_dedup(rows, fields, dedup, null_policy)
     plan = stages.run_plan(deduped, CALL, fields, "ggr", relquery="t")
     outputs = stages.outputs_frame(plan, fake_answers(plan, answer_of), CALL)
     result = stages.run_result(base, Q2, [(CALL, deduped, outputs)], pushdown)
@@ -62,7 +73,7 @@ def test_dedup_sends_each_distinct_input_once_and_maps_back():
     _, deduped, plan, outputs, result = run_all(pushdown=True)
     assert len(plan) == 3  # "great"/"info b" twice
     assert deduped.loc[deduped.review_content == "great", stages.INPUT].nunique() == 1
-    assert result["llm_1"].fillna("-").tolist() == ["Yes", "No", "Yes", "Yes", "-"]
+    assert result["llm_1"].fillna("-").tolist() == ["Yes", "No", "Yes", "-", "Yes", "-"]
     assert sorted(plan["position"]) == [0, 1, 2]
 
 
@@ -81,26 +92,28 @@ def test_null_fields_are_skipped_with_a_reason_and_accounted():
     skipped = result[result.status == "skipped"]
     assert len(skipped) == 1
     assert skipped.reason.iloc[0] == "null in LLM field 'review_content'"
-    counts = stages.accounting(result, rows_joined=6)
+    counts = stages.accounting(result)
     assert counts["answered"] + counts["skipped"] + counts["failed"] == counts["rows_in"] == 6
 
 
 def test_null_policy_fail_names_the_field():
-    base = stages.run_filtered(Q2, tables(), pushdown=False).frame
+    base = stages.run_filtered(Q2, tables(), pushdown=False)
     with pytest.raises(ValueError, match="LLM field 'review_content' is null in 1 row"):
         stages.run_dedup(base, ["movie_info", "review_content"], True, "fail")
 
 
 def test_failed_requests_become_failed_rows():
-    base = stages.run_filtered(Q2, tables(), True).frame
-    fields = stages.llm_field_columns(Q2, CALL, base)
-    deduped = stages.run_dedup(base, fields, True)
+    base = stages.run_filtered(Q2, tables(), True)
+    rows = stages.stage_input(base, Q2, [])
+    fields = stages.llm_field_columns(Q2, CALL, rows)
+    deduped = stages.run_dedup(rows, fields, True)
     plan = stages.run_plan(deduped, CALL, fields, "ggr", relquery="t")
     responses = [Response(rid, "", 0, 0, 0, 0.0, 0.0, error="HTTP 503") for rid in plan.request_id]
     outputs = stages.outputs_frame(plan, responses, CALL)
     result = stages.run_result(base, Q2, [(CALL, deduped, outputs)], True)
-    assert result.status.tolist() == ["failed"] * 4 + ["skipped"]
-    assert set(result.reason[:4]) == {"HTTP 503"}
+    assert result.status.tolist() == ["failed"] * 3 + ["skipped", "failed", "skipped"]
+    assert set(result.reason[[0, 1, 2, 4]]) == {"HTTP 503"}
+    assert "predicate" in result.reason[3] and "null in LLM field" in result.reason[5]
     assert stages.run_answer(result, Q2).empty
 
 
