@@ -50,7 +50,7 @@ def run_rung(
                     "method": switches["method"],
                     "dedup": switches["dedup"],
                     "pushdown": switches["pushdown"],
-                    "dataset_label": label,
+                    "data_label": label,
                     "experiment": EXPERIMENT,
                     "run_tags": {"rung": rung, "benchmark": "queries"},
                 }

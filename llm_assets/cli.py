@@ -123,6 +123,10 @@ def build_engine(engine: str, gpu: str, model: str, policy: str, prefix_cache: b
         resource = SimulatedEngineResource(
             gpu=gpu, model=model, policy=policy, enable_prefix_caching=prefix_cache
         )
+        try:
+            return resource, resource.build_engine()
+        except (ValueError, KeyError) as exc:
+            fail(str(exc).strip("'\""))
     elif engine == "openai":
         missing = [
             v

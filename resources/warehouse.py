@@ -68,6 +68,16 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
     def handle_output(self, context: dg.OutputContext, obj) -> None:
         if obj is None:
             return
+        # Two runs replacing one view at once conflict in DuckDB's catalog: retry.
+        for attempt in range(50):
+            try:
+                return self._store(context, obj)
+            except duckdb.TransactionException:
+                if attempt == 49:
+                    raise
+                time.sleep(0.1 * (1 + attempt % 5))
+
+    def _store(self, context: dg.OutputContext, obj) -> None:
         partition = context.asset_partition_key if context.has_asset_partitions else None
         schema, name = self._slot(context.asset_key, partition)
         version = self._version(name, context.run_id)

@@ -82,24 +82,55 @@ def test_unsupported_format(tmp_path):
     assert_one_line_error(run("reorder", str(path)), "unsupported input", ".csv")
 
 
-def test_simulate_reports_cost_and_caching(table_csv):
-    template = "Is {review} a fair take on {movie}?"
-    base = run("simulate", str(table_csv), "--template", template, "--method", "original")
-    assert base.returncode == 0, base.stderr
-    plain = json.loads(base.stdout)
-    assert plain["n_requests"] == 4 and plain["engine"] == "sim"
-    assert 0 <= plain["cached_tokens"] <= plain["prompt_tokens"]
-    assert plain["cost_usd"]["cost_usd_self_hosted"] > 0
-    deduped = json.loads(run("simulate", str(table_csv), "--template", template, "--dedup").stdout)
-    assert deduped["n_requests"] == 3
-    no_cache = run("simulate", str(table_csv), "--template", template, "--no-prefix-cache")
-    assert json.loads(no_cache.stdout)["cached_tokens"] == 0
+@pytest.fixture
+def query_sql(tmp_path):
+    path = tmp_path / "fair.sql"
+    path.write_text("SELECT LLM('Is {review} a fair take on {movie}?', t.review, t.movie) FROM t")
+    return path
 
 
-def test_simulate_template_errors(table_csv):
-    proc = run("simulate", str(table_csv), "--template", "Rate {plot}")
-    assert_one_line_error(proc, "unknown column 'plot'", "movie")
-    proc = run("simulate", str(table_csv), "--template", "Rate {review")
-    assert_one_line_error(proc, "malformed template")
-    proc = run("simulate", str(table_csv), "--template", "Rate {review}", "--gpu", "Z80")
-    assert_one_line_error(proc, "unknown gpu 'Z80'", "L4")
+def test_plan_compares_methods_without_sending(table_csv, query_sql):
+    proc = run("plan", str(query_sql), "--table", f"t={table_csv}")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    methods = report["methods"]
+    assert list(methods) == ["original", "column_stats", "ggr"]
+    for m in methods.values():
+        assert m["n_requests"] == 3  # dedup on: ("good", "m1") twice
+        assert 0 <= m["cached_tokens"] <= m["prompt_tokens"]
+        assert m["cost_usd"]["self_hosted"] > 0
+    assert methods["ggr"]["token_hit_rate"] >= methods["original"]["token_hit_rate"]
+    no_dedup = json.loads(
+        run(
+            "plan", str(query_sql), "--table", f"t={table_csv}", "--no-dedup", "--methods", "ggr"
+        ).stdout
+    )
+    assert no_dedup["methods"]["ggr"]["n_requests"] == 4
+    no_cache = json.loads(
+        run(
+            "plan",
+            str(query_sql),
+            "--table",
+            f"t={table_csv}",
+            "--no-prefix-cache",
+            "--methods",
+            "ggr",
+        ).stdout
+    )
+    assert no_cache["methods"]["ggr"]["cached_tokens"] == 0
+
+
+def test_run_and_plan_errors_are_one_line(table_csv, tmp_path, query_sql):
+    bad_column = tmp_path / "bad.sql"
+    bad_column.write_text("SELECT LLM('Rate {plot}', t.plot) FROM t")
+    proc = run("plan", str(bad_column), "--table", f"t={table_csv}")
+    assert_one_line_error(proc, "unknown column t.plot", "movie")
+    malformed = tmp_path / "malformed.sql"
+    malformed.write_text("SELECT LLM('Rate {review', t.review) FROM t")
+    assert_one_line_error(run("plan", str(malformed), "--table", f"t={table_csv}"), "template")
+    proc = run("plan", str(query_sql), "--table", f"t={table_csv}", "--gpu", "Z80")
+    assert_one_line_error(proc, "Z80", "L4")
+    proc = run("run", str(query_sql), "--table", f"x={table_csv}")
+    assert_one_line_error(proc, "--table", "'t'")
+    proc = run("run", str(query_sql), "--table", f"t={tmp_path / 'nope.tsv'}")
+    assert_one_line_error(proc, "nope.tsv")

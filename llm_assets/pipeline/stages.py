@@ -28,6 +28,7 @@ from llm_assets.optimizer.prompts import fit_row, parse_template, render_prompts
 from llm_assets.optimizer.table import EncodedTable
 from llm_assets.pipeline.options import CONTEXT_POLICIES, NULL_POLICIES
 from llm_assets.query import LLMCall, LLMQuery, bare_name
+from llm_assets.sql import check_columns
 from llm_assets.sql_ast import condition_values_sql
 from resources.engine import Request, Response
 
@@ -95,6 +96,10 @@ def _typed_view(name: str, raw: str, table: pa.Table, columns: Sequence[str]) ->
     return view.sql(dialect="duckdb")
 
 
+def _columns(table: pa.Table | pd.DataFrame) -> list[str]:
+    return table.column_names if isinstance(table, pa.Table) else list(table.columns)
+
+
 def as_arrow(table: pa.Table | pd.DataFrame) -> pa.Table:
     if isinstance(table, pa.Table):
         return table
@@ -110,6 +115,7 @@ def run_filtered(
     the row before any LLM call (evaluated in DuckDB), else None.
 
     Runs on `locked_connection()`: the user's SQL reaches only the registered tables."""
+    check_columns(query, {t: list(_columns(frame)) for t, frame in tables.items()})
     con = locked_connection()
     typed = predicate_only_columns(query)
     size = {s.alias: len(tables[s.table]) for s in query.sources}
