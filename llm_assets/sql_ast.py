@@ -67,7 +67,8 @@ def check_name(kind: str, name: object, problem=column_problem) -> str:
     """`name` if `problem(name)` is None, else ValueError naming the kind and the value."""
     why = problem(name) if isinstance(name, str) else "it is not a string"
     if why is not None:
-        raise ValueError(f"{kind} {name!r:.120} is not accepted: {why}")
+        shown = name if not isinstance(name, str) or len(name) <= 100 else name[:100] + "..."
+        raise ValueError(f"{kind} {shown!r} is not accepted: {why}")
     return name
 
 
