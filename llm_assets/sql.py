@@ -98,7 +98,13 @@ from llm_assets.query import (
     Retrieval,
     Source,
 )
-from llm_assets.sql_ast import alias_problem, check_name, column_problem, table_problem
+from llm_assets.sql_ast import (
+    alias_problem,
+    check_name,
+    column_problem,
+    parse_error,
+    table_problem,
+)
 from llm_assets.sql_outputs import Implied, resolve, split_options
 
 DEFAULT_K = 3
@@ -475,11 +481,7 @@ def _statement(sql: str) -> exp.Select:
     try:
         statements = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
     except sqlglot.errors.ParseError as exc:
-        first = exc.errors[0] if exc.errors else {}
-        where = f" at line {first.get('line')}, column {first.get('col')}" if first else ""
-        near = f" near {first['highlight']!r}" if first.get("highlight") else ""
-        what = first.get("description") or str(exc).splitlines()[0]
-        raise SQLError(f"cannot parse SQL{where}: {what}{near}") from exc
+        raise SQLError(f"cannot parse SQL{parse_error(exc)}") from exc
     if len(statements) != 1:
         shown = "; ".join(show(s)[:60] for s in statements)
         raise SQLError(f"expected exactly one SELECT statement, got {len(statements)}: {shown}")

@@ -101,13 +101,25 @@ def render(node: exp.Expression, pretty: bool = False) -> str:
     return node.sql(dialect=DIALECT, comments=False, pretty=pretty)
 
 
+def parse_error(exc: sqlglot.errors.ParseError) -> str:
+    """The first error of a sqlglot parse failure, on one line: ` at line L, column C: what
+    near 'token'`."""
+    first = exc.errors[0] if exc.errors else {}
+    where = f" at line {first.get('line')}, column {first.get('col')}" if first else ""
+    near = f" near {first['highlight']!r}" if first.get("highlight") else ""
+    what = first.get("description") or str(exc).splitlines()[0]
+    return f"{where}: {what}{near}"
+
+
 def parse_condition(sql: str) -> exp.Expression:
     """One DuckDB scalar expression (a predicate), parsed; ValueError if `sql` is anything
     else: several statements, a statement, a subquery, a table reference."""
     try:
         trees = [t for t in sqlglot.parse(sql, read=DIALECT) if t is not None]
     except sqlglot.errors.ParseError as exc:
-        raise ValueError(f"predicate {sql!r:.120} is not valid DuckDB SQL: {exc}") from exc
+        raise ValueError(
+            f"predicate {sql!r:.120} is not valid DuckDB SQL{parse_error(exc)}"
+        ) from exc
     if len(trees) != 1 or not isinstance(trees[0], exp.Condition):
         raise ValueError(f"predicate {sql!r:.120} is not one SQL expression")
     bad = next(

@@ -24,12 +24,18 @@ from llm_assets.sql_ast import FORBIDDEN_CHARS, column_problem, condition_values
 COPY = "COPY (SELECT * FROM read_text('/etc/hostname')) TO 'out.csv' (FORMAT csv)"
 ATTACH = "ATTACH 'evil.db' AS evil; CREATE TABLE evil.t AS SELECT 42 AS x"
 COPY_IN_LITERAL = COPY.replace("'", "''")
+# without a '.' (the old alias check refused dots, not statements): these ran on the old code
+COPY_NO_DOT = "COPY (SELECT * FROM read_text('/etc/hostname')) TO 'owned' (FORMAT csv)"
+ATTACH_NO_DOT = "ATTACH 'evil' AS evil; USE evil; CREATE TABLE t AS SELECT 42 AS x"
 ESCAPE = "SELECT * FROM (SELECT 1 AS x) r --"
 LLM = "LLM('Sentiment of {review}', r.review)"
+BARE = "LLM('Sentiment of {review}', review)"  # one source: the alias qualifies it
 
 PAYLOADS = {
-    "alias COPY (issue 11)": f'SELECT {LLM} FROM reviews AS "r); {COPY}; {ESCAPE}"',
-    "alias ATTACH": f'SELECT {LLM} FROM reviews AS "r); {ATTACH}; {ESCAPE}"',
+    "alias COPY (issue 11)": f'SELECT {BARE} FROM reviews AS "r); {COPY}; {ESCAPE}"',
+    "alias ATTACH": f'SELECT {BARE} FROM reviews AS "r); {ATTACH}; {ESCAPE}"',
+    "alias COPY, no dot": f'SELECT {BARE} FROM reviews AS "r); {COPY_NO_DOT}; {ESCAPE}"',
+    "alias ATTACH, no dot": f'SELECT {BARE} FROM reviews AS "r); {ATTACH_NO_DOT}; {ESCAPE}"',
     "table name": f'SELECT {LLM} FROM "reviews AS r; {COPY}; --" r',
     "schema part": f'SELECT {LLM} FROM "x; {ATTACH}; --".reviews r',
     "column quote": f'SELECT r."review"" FROM reviews r; {COPY}; --" FROM reviews r',
@@ -48,7 +54,7 @@ PAYLOADS = {
         f"SELECT {LLM} FROM reviews r WHERE r.review = '''); {COPY_IN_LITERAL}; --'"
     ),
     "comment": f"SELECT {LLM} FROM reviews r WHERE r.rating > 1 -- */ ); {COPY}\n AND 1 = 1",
-    "template": f"SELECT LLM('{{review}} ''); {COPY}; --', r.review) FROM reviews r",
+    "template": f"SELECT LLM('{{review}} ''); {COPY_IN_LITERAL}; --', r.review) FROM reviews r",
 }
 
 
@@ -69,10 +75,13 @@ def test_payload_is_rejected_or_harmless(sql: str, tmp_path, monkeypatch) -> Non
         assert "\n" not in message
         assert "is not accepted" in message or "cannot parse" in message, message
     else:
-        for pushdown in (True, False):
-            out = run_filtered(query, _tables(), pushdown)
-            run_result(out.frame, query, [], pushdown)
-            assert out.rows_joined == 3
+        try:
+            for pushdown in (True, False):
+                out = run_filtered(query, _tables(), pushdown)
+                run_result(out.frame, query, [], pushdown)
+                assert out.rows_joined == 3
+        finally:
+            assert list(tmp_path.iterdir()) == []  # checked even when the run raised
     assert list(tmp_path.iterdir()) == []
 
 
@@ -94,7 +103,7 @@ def test_model_rejects_payloads_built_by_hand() -> None:
         Predicate(f"r.rating > 1; {COPY}", ("r.rating",))
     with pytest.raises(ValueError, match="contains a subquery or table"):
         Predicate("r.rating IN (SELECT 1)", ("r.rating",))
-    with pytest.raises(ValueError, match="is not one SQL expression"):
+    with pytest.raises(ValueError, match="is not valid DuckDB SQL at line 1, column 5"):
         condition_values_sql(f"TRUE); {COPY}; SELECT (1", "t")
     q = compile_sql(f"SELECT {LLM} FROM reviews r")
     with pytest.raises(ValueError, match="relation name part"):
@@ -107,7 +116,13 @@ def test_model_rejects_payloads_built_by_hand() -> None:
 
 ALIASES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True)
 TABLES = st.lists(ALIASES, min_size=1, max_size=3).map(".".join)
-COLUMNS = st.text(st.characters(codec="utf-8"), min_size=1, max_size=40).filter(
+PRINTABLE = st.characters(
+    codec="utf-8",
+    categories=("L", "M", "N", "P", "S"),
+    exclude_characters=FORBIDDEN_CHARS,
+    include_characters=" ",
+)
+COLUMNS = st.text(PRINTABLE, min_size=1, max_size=40).filter(
     lambda name: column_problem(name) is None
 )
 
