@@ -235,7 +235,12 @@ class _Compiler:
     # ---- LLM calls -------------------------------------------------------------------------
 
     def llm_call(
-        self, node: exp.Anonymous, clause: str, where: exp.Expression, name: str | None, implied
+        self,
+        node: exp.Anonymous,
+        clause: str,
+        where: exp.Expression,
+        name: str | None,
+        implied: Implied,
     ) -> LLMCall:
         """Compile one `LLM(...)` whose place in the query implies `implied`."""
         ctx = f"in {clause}: {show(where)}"

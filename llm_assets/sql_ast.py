@@ -11,7 +11,7 @@ accepted:
   `MAX_NAME_CHARS` characters; a stage output name (an LLM call, a retrieval, an aggregate
   alias) is a column name without '.' (a '.' marks a qualified `alias.column`).
 
->>> render(column("r", "review content"))
+>>> render(column_node("r", "review content"))
 '"r"."review content"'
 >>> column_problem('x"; DROP TABLE t; --')
 'a column name is printable text without \\'"\\', \\';\\' or backslash, 1 to 128 characters'
@@ -76,7 +76,7 @@ def identifier(name: str) -> exp.Identifier:
     return exp.to_identifier(name, quoted=True)
 
 
-def column(alias: str | None, name: str) -> exp.Column:
+def column_node(alias: str | None, name: str) -> exp.Column:
     """`"alias"."name"` (or `"name"` without an alias)."""
     return exp.Column(this=identifier(name), table=identifier(alias) if alias else None)
 
