@@ -60,15 +60,13 @@ from llm_assets.output_spec import OutputSpec
 from llm_assets.sql_ast import (
     alias_problem,
     check_name,
+    column_node,
     identifier,
     output_problem,
     parse_condition,
     render,
     table,
     table_problem,
-)
-from llm_assets.sql_ast import (
-    column as column_ref,
 )
 
 AGGREGATE_FUNCTIONS: tuple[str, ...] = ("AVG", "SUM", "COUNT", "MIN", "MAX")
@@ -144,8 +142,8 @@ class Join:
     def condition(self) -> exp.EQ:
         """The condition as a sqlglot tree over quoted identifiers."""
         return exp.EQ(
-            this=column_ref(self.left_alias, self.left_column),
-            expression=column_ref(self.right_alias, self.right_column),
+            this=column_node(self.left_alias, self.left_column),
+            expression=column_node(self.right_alias, self.right_column),
         )
 
     def sql(self) -> str:
@@ -183,7 +181,7 @@ class Predicate:
                     f"qualify it as alias.{node.name}"
                 )
             found.append(f"{node.table}.{node.name}")
-            return column_ref(*split_column(found[-1]))
+            return column_node(*split_column(found[-1]))
 
         tree = parse_condition(self.sql).transform(requote)
         if set(found) != set(self.columns):
@@ -537,14 +535,14 @@ class LLMQuery:
         """The sqlglot tree of `pre_llm_sql` (same arguments)."""
         names = self.output_names()
         items = [
-            column_ref(*split_column(c)).as_(identifier(names[c])) for c in self.columns_needed()
+            column_node(*split_column(c)).as_(identifier(names[c])) for c in self.columns_needed()
         ]
         aliases = [s.alias for s in self.sources]
         for alias, name in (source_row_columns or {}).items():
             if alias not in aliases:
                 raise ValueError(f"source_row_columns names unknown alias {alias!r}: {aliases}")
             check_name("source row column", name, output_problem)
-            items.append(column_ref(alias, SOURCE_ROW).as_(identifier(name)))
+            items.append(column_node(alias, SOURCE_ROW).as_(identifier(name)))
         first, *joins = self._from_clauses(tables)
         select = exp.Select(expressions=items, joins=joins)
         select.set("from_", first)
@@ -586,7 +584,7 @@ class LLMQuery:
             raise ValueError(f"unknown retrieval {retrieval!r}; known: {list(by_name)}")
         alias, name = split_column(by_name[retrieval].corpus_column)
         source = next(s for s in self.sources if s.alias == alias)
-        value = column_ref(alias, name)
+        value = column_node(alias, name)
         select = (
             exp.select(value.as_(identifier("value")))
             .distinct()

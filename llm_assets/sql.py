@@ -20,7 +20,7 @@ order), so a filter runs before the projection it guards (Q3). A call is named b
 alias when it has one, else `llm_<stage number>` (1-based); an aggregate without alias is
 `<function>_<call>` (`avg_llm_1`).
 
-Output specs and generation limits (constants below):
+Output specs and generation limits (`llm_assets.sql_outputs`):
 - a filtered call answers `OutputSpec.choice([literal, other])`: other is the opposite of
   Yes/No, True/False, Positive/Negative (case kept as written), else `"Other"`;
   `max_tokens` is `MAX_TOKENS_CHOICE_SHORT` (2) when every choice has <= 4 characters, else
@@ -81,15 +81,13 @@ unsupported in WHERE: LLM(...) = 'Yes' OR a.z > 1
 
 from __future__ import annotations
 
-import re
 import string
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import sqlglot
 from sqlglot import exp
 
-from llm_assets.output_spec import OutputSpec
 from llm_assets.query import (
     Aggregate,
     Join,
@@ -100,35 +98,20 @@ from llm_assets.query import (
     Retrieval,
     Source,
 )
-from llm_assets.sql_ast import alias_problem, check_name, column_problem, table_problem
+from llm_assets.sql_ast import (
+    alias_problem,
+    check_name,
+    column_problem,
+    parse_error,
+    table_problem,
+)
+from llm_assets.sql_outputs import Implied, resolve, split_options
 
-MAX_TOKENS_CHOICE_SHORT = 2
-"""Choice answers of at most 4 characters (Yes/No): one answer token plus end of sequence."""
-MAX_TOKENS_CHOICE = 3
-"""Longer choice answers (Positive/Negative may take two tokens) plus end of sequence."""
-MAX_TOKENS_NUMBER = 3
-"""A number such as `4.5`."""
-MAX_TOKENS_TEXT = 16
-"""Free-text projections: vLLM's `SamplingParams()` default, which the paper's harness used."""
-DEFAULT_NUMBER_RANGE = (0.0, 10.0)
-"""Range of a numeric answer when the template does not say "between lo ... and hi"."""
 DEFAULT_K = 3
 """`similarity_search` k when not given."""
-OTHER_ANSWER = {
-    "yes": "no",
-    "no": "yes",
-    "true": "false",
-    "false": "true",
-    "positive": "negative",
-    "negative": "positive",
-}
-"""The second answer of a filtered call's choice, by the compared literal (lower case)."""
-FALLBACK_OTHER = "Other"
 
 LLM_FUNCTION = "LLM"
 SEARCH_FUNCTION = "SIMILARITY_SEARCH"
-LLM_OPTIONS: tuple[str, ...] = ("output", "max_tokens")
-"""Named LLM arguments: `output => 'form'` (`OutputSpec.parse`), `max_tokens => n`."""
 AGGREGATES: dict[type[exp.Expression], str] = {
     exp.Avg: "AVG",
     exp.Sum: "SUM",
@@ -137,10 +120,6 @@ AGGREGATES: dict[type[exp.Expression], str] = {
     exp.Max: "MAX",
 }
 SUPPORTED_CLAUSES = ("expressions", "from_", "joins", "where", "group")
-
-_BETWEEN = re.compile(
-    r"\bbetween\s+(-?\d+(?:\.\d+)?)\b[^0-9]{0,40}?\band\s+(-?\d+(?:\.\d+)?)", re.IGNORECASE
-)
 
 
 class SQLError(ValueError):
@@ -175,124 +154,6 @@ def show(node: exp.Expression) -> str:
         if _is_llm(n):
             n.replace(exp.Anonymous(this=LLM_FUNCTION, expressions=[exp.var("...")]))
     return copy.sql(dialect="duckdb")
-
-
-def number_range(template: str) -> tuple[float, float]:
-    """(lo, hi) from "between lo ... and hi" in the template, else `DEFAULT_NUMBER_RANGE`.
-
-    >>> number_range("Rate a satisfaction score between 0 (bad) and 5 (good) based on {x}")
-    (0.0, 5.0)
-    >>> number_range("Score {x}")
-    (0.0, 10.0)
-    """
-    m = _BETWEEN.search(template)
-    if m is None:
-        return DEFAULT_NUMBER_RANGE
-    lo, hi = float(m.group(1)), float(m.group(2))
-    return (lo, hi) if lo <= hi else (hi, lo)
-
-
-def choice_for(literal: str) -> tuple[str, ...]:
-    """The answers of a call filtered on `literal`: the literal first, then its opposite.
-
-    >>> choice_for("Yes"), choice_for("negative"), choice_for("Fresh")
-    (('Yes', 'No'), ('negative', 'positive'), ('Fresh', 'Other'))
-    """
-    other = OTHER_ANSWER.get(literal.lower())
-    if other is None:
-        return (literal, FALLBACK_OTHER)
-    if literal.isupper():
-        other = other.upper()
-    elif literal[:1].isupper():
-        other = other.capitalize()
-    return (literal, other)
-
-
-def default_max_tokens(output: OutputSpec) -> int:
-    """The generation limit of a call answering `output` when the SQL gives no `max_tokens`.
-
-    >>> [default_max_tokens(OutputSpec.parse(f)) for f in ("choice(Yes,No)", "number(0,5)")]
-    [2, 3]
-    """
-    if output.kind == "choice":
-        short = max(len(v) for v in output.values) <= 4
-        return MAX_TOKENS_CHOICE_SHORT if short else MAX_TOKENS_CHOICE
-    return MAX_TOKENS_NUMBER if output.kind == "number" else MAX_TOKENS_TEXT
-
-
-@dataclass(frozen=True)
-class _Implied:
-    """What the place of an LLM call implies about its answer: the spec it gets from the
-    template by default, and which explicit `output => '...'` agrees with that place."""
-
-    by: str
-    """The clause that implies it, as shown in errors (`LLM(...) = 'Yes'`)."""
-    default: Callable[[str], OutputSpec]
-    """template -> the implied spec."""
-    fits: Callable[[OutputSpec], bool]
-    """Whether an explicit spec agrees."""
-
-    @classmethod
-    def choice(cls, literal: str, cond: exp.Expression) -> _Implied:
-        """`LLM(...) = 'literal'`: a choice holding the literal."""
-        return cls(
-            show(cond),
-            lambda _: OutputSpec.choice(choice_for(literal)),
-            lambda spec: spec.kind == "choice" and literal in spec.values,
-        )
-
-    @classmethod
-    def number(cls, item: exp.Expression) -> _Implied:
-        """AVG/SUM/MIN/MAX(LLM(...)): a number, its range from the template."""
-        return cls(
-            show(item),
-            lambda template: OutputSpec.number(*number_range(template)),
-            lambda spec: spec.kind == "number",
-        )
-
-    @classmethod
-    def nothing(cls) -> _Implied:
-        """A projection or COUNT: text unless the SQL says otherwise."""
-        return cls("", lambda _: OutputSpec.text(), lambda _: True)
-
-
-def _split_options(
-    args: list[exp.Expression], ctx: str
-) -> tuple[list[exp.Expression], dict[str, exp.Expression]]:
-    """LLM arguments after the template -> (positional arguments, options by name)."""
-    positional: list[exp.Expression] = []
-    options: dict[str, exp.Expression] = {}
-    for arg in args:
-        if not isinstance(arg, exp.Kwarg):
-            if options:
-                raise SQLError(
-                    f"LLM argument {show(arg)} follows an option {ctx}; options come last"
-                )
-            positional.append(arg)
-            continue
-        key = arg.this.name.lower()
-        if key not in LLM_OPTIONS:
-            raise SQLError(f"unknown LLM option {show(arg)} {ctx}; options: {LLM_OPTIONS}")
-        if key in options:
-            raise SQLError(f"LLM option {key} is given twice {ctx}")
-        options[key] = arg.expression
-    return positional, options
-
-
-def _output_option(value: exp.Expression, ctx: str) -> OutputSpec:
-    if not (isinstance(value, exp.Literal) and value.is_string):
-        raise SQLError(f"output => {show(value)} must be a string such as 'choice(a,b)' {ctx}")
-    try:
-        return OutputSpec.parse(value.this)
-    except ValueError as exc:
-        raise SQLError(f"{exc} {ctx}") from exc
-
-
-def _max_tokens_option(value: exp.Expression, ctx: str) -> int:
-    if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit():
-        if int(value.this) > 0:
-            return int(value.this)
-    raise SQLError(f"max_tokens => {show(value)} must be a positive integer {ctx}")
 
 
 @dataclass
@@ -374,9 +235,14 @@ class _Compiler:
     # ---- LLM calls -------------------------------------------------------------------------
 
     def llm_call(
-        self, node: exp.Anonymous, clause: str, where: exp.Expression, name: str | None, implied
+        self,
+        node: exp.Anonymous,
+        clause: str,
+        where: exp.Expression,
+        name: str | None,
+        implied: Implied,
     ) -> LLMCall:
-        """Compile one `LLM(...)` whose place in the query implies `implied` (an `_Implied`)."""
+        """Compile one `LLM(...)` whose place in the query implies `implied`."""
         ctx = f"in {clause}: {show(where)}"
         args = list(node.expressions)
         if not args or not (isinstance(args[0], exp.Literal) and args[0].is_string):
@@ -390,7 +256,10 @@ class _Compiler:
         except ValueError as exc:
             raise SQLError(f"malformed LLM template {template!r} ({exc}) {ctx}") from exc
         placeholders = list(dict.fromkeys(p for _, p, _, _ in parsed if p is not None))
-        positional, options = _split_options(args[1:], ctx)
+        try:
+            positional, options = split_options(args[1:])
+        except ValueError as exc:
+            raise SQLError(f"{exc} {ctx}") from exc
         columns: list[str | None] = []
         searches: list[exp.Anonymous] = []
         for arg in positional:
@@ -419,18 +288,10 @@ class _Compiler:
         it = iter(names)
         for col in columns:
             fields.append(col if col is not None else next(it))
-        output = implied.default(template)
-        if "output" in options:
-            explicit = _output_option(options["output"], ctx)
-            if not implied.fits(explicit):
-                raise SQLError(
-                    f"explicit output => {explicit.form!r} conflicts with the {output.form} "
-                    f"implied by {implied.by} {ctx}"
-                )
-            output = explicit
-        max_tokens = default_max_tokens(output)
-        if "max_tokens" in options:
-            max_tokens = _max_tokens_option(options["max_tokens"], ctx)
+        try:
+            output, max_tokens = resolve(implied, template, options)
+        except ValueError as exc:
+            raise SQLError(f"{exc} {ctx}") from exc
         try:
             call = LLMCall(
                 name or f"llm_{len(self.calls) + 1}", template, tuple(fields), output, max_tokens
@@ -506,7 +367,7 @@ class _Compiler:
                     f"unsupported in WHERE: {show(cond)} (an LLM call in WHERE must be a "
                     f"top-level AND conjunct of the form LLM(...) = 'literal')"
                 )
-            call = self.llm_call(llm, "WHERE", cond, None, _Implied.choice(literal, cond))
+            call = self.llm_call(llm, "WHERE", cond, None, Implied.choice(literal, show(cond)))
             filters.append(LLMFilter(call.name, op, literal))
         return predicates, filters
 
@@ -555,7 +416,7 @@ class _Compiler:
                     )
                 projection.append(self.qualify(node, "SELECT", item))
             elif _is_llm(node):
-                call = self.llm_call(node, "SELECT", item, alias, _Implied.nothing())
+                call = self.llm_call(node, "SELECT", item, alias, Implied.nothing())
                 projection.append(call.name)
             elif type(node) in AGGREGATES and _is_llm(node.this):
                 if agg_call is not None:
@@ -585,7 +446,7 @@ class _Compiler:
                 )
         if agg_call is not None:
             node, function, item, alias = agg_call
-            implied = _Implied.nothing() if function == "COUNT" else _Implied.number(item)
+            implied = Implied.nothing() if function == "COUNT" else Implied.number(show(item))
             call = self.llm_call(node, "SELECT", item, None, implied)
             try:
                 aggregate = Aggregate(
@@ -625,7 +486,7 @@ def _statement(sql: str) -> exp.Select:
     try:
         statements = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
     except sqlglot.errors.ParseError as exc:
-        raise SQLError(f"cannot parse SQL: {exc}") from exc
+        raise SQLError(f"cannot parse SQL{parse_error(exc)}") from exc
     if len(statements) != 1:
         shown = "; ".join(show(s)[:60] for s in statements)
         raise SQLError(f"expected exactly one SELECT statement, got {len(statements)}: {shown}")

@@ -11,7 +11,7 @@ accepted:
   `MAX_NAME_CHARS` characters; a stage output name (an LLM call, a retrieval, an aggregate
   alias) is a column name without '.' (a '.' marks a qualified `alias.column`).
 
->>> render(column("r", "review content"))
+>>> render(column_node("r", "review content"))
 '"r"."review content"'
 >>> column_problem('x"; DROP TABLE t; --')
 'a column name is printable text without \\'"\\', \\';\\' or backslash, 1 to 128 characters'
@@ -67,7 +67,8 @@ def check_name(kind: str, name: object, problem=column_problem) -> str:
     """`name` if `problem(name)` is None, else ValueError naming the kind and the value."""
     why = problem(name) if isinstance(name, str) else "it is not a string"
     if why is not None:
-        raise ValueError(f"{kind} {name!r:.120} is not accepted: {why}")
+        shown = name if not isinstance(name, str) or len(name) <= 100 else name[:100] + "..."
+        raise ValueError(f"{kind} {shown!r} is not accepted: {why}")
     return name
 
 
@@ -75,7 +76,7 @@ def identifier(name: str) -> exp.Identifier:
     return exp.to_identifier(name, quoted=True)
 
 
-def column(alias: str | None, name: str) -> exp.Column:
+def column_node(alias: str | None, name: str) -> exp.Column:
     """`"alias"."name"` (or `"name"` without an alias)."""
     return exp.Column(this=identifier(name), table=identifier(alias) if alias else None)
 
@@ -100,13 +101,25 @@ def render(node: exp.Expression, pretty: bool = False) -> str:
     return node.sql(dialect=DIALECT, comments=False, pretty=pretty)
 
 
+def parse_error(exc: sqlglot.errors.ParseError) -> str:
+    """The first error of a sqlglot parse failure, on one line: ` at line L, column C: what
+    near 'token'`."""
+    first = exc.errors[0] if exc.errors else {}
+    where = f" at line {first.get('line')}, column {first.get('col')}" if first else ""
+    near = f" near {first['highlight']!r}" if first.get("highlight") else ""
+    what = first.get("description") or str(exc).splitlines()[0]
+    return f"{where}: {what}{near}"
+
+
 def parse_condition(sql: str) -> exp.Expression:
     """One DuckDB scalar expression (a predicate), parsed; ValueError if `sql` is anything
     else: several statements, a statement, a subquery, a table reference."""
     try:
         trees = [t for t in sqlglot.parse(sql, read=DIALECT) if t is not None]
     except sqlglot.errors.ParseError as exc:
-        raise ValueError(f"predicate {sql!r:.120} is not valid DuckDB SQL: {exc}") from exc
+        raise ValueError(
+            f"predicate {sql!r:.120} is not valid DuckDB SQL{parse_error(exc)}"
+        ) from exc
     if len(trees) != 1 or not isinstance(trees[0], exp.Condition):
         raise ValueError(f"predicate {sql!r:.120} is not one SQL expression")
     bad = next(

@@ -5,18 +5,20 @@ from __future__ import annotations
 import doctest
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import llm_assets.sql as sql_module
+import llm_assets.sql_outputs as sql_outputs_module
 from llm_assets.output_spec import OutputSpec
 from llm_assets.query import Join, LLMFilter, Predicate, Retrieval, Source
-from llm_assets.sql import (
+from llm_assets.sql import SQLError, compile_sql
+from llm_assets.sql_outputs import (
     DEFAULT_NUMBER_RANGE,
     MAX_TOKENS_CHOICE,
     MAX_TOKENS_CHOICE_SHORT,
     MAX_TOKENS_NUMBER,
     MAX_TOKENS_TEXT,
-    SQLError,
-    compile_sql,
 )
 
 JOIN = "FROM reviews r JOIN movies m ON r.link = m.link"
@@ -25,6 +27,7 @@ KIDS = "LLM('Kids? {info} {content}', m.info, r.content)"
 
 def test_doctests() -> None:
     assert doctest.testmod(sql_module).failed == 0
+    assert doctest.testmod(sql_outputs_module).failed == 0
 
 
 def test_projection_join_and_unqualified_single_source() -> None:
@@ -269,3 +272,127 @@ def test_known_functions_and_columns_pass_the_schema_check():
         "WHERE lower(r.review_type) = 'fresh'"
     )
     assert compile_sql(sql, tables=SCHEMA).predicates[0].columns == ("r.review_type",)
+
+
+# ---- explicit output specs ------------------------------------------------------------------
+
+REVIEW = "LLM('Read {content}', r.content"
+
+
+@pytest.mark.parametrize(
+    ("sql", "output", "max_tokens"),
+    [
+        (f"SELECT {REVIEW}, output => 'choice(pos,neg)') FROM t r", ("choice", ("pos", "neg")), 2),
+        (f"SELECT {REVIEW}, output => 'choice(Positive, Negative)') FROM t r", None, 3),
+        (f"SELECT {REVIEW}, output => 'json') FROM t r", ("json",), MAX_TOKENS_TEXT),
+        (f"SELECT {REVIEW}, output => 'regex(^[A-Z]{{3}}$)') FROM t r", ("regex",), 16),
+        (f"SELECT {REVIEW}, output => 'TEXT', max_tokens => 40) FROM t r", ("text",), 40),
+        (f"SELECT AVG({REVIEW}, output => 'number(1, 5)')) FROM t r", ("number", 1, 5), 3),
+        (f"SELECT COUNT({REVIEW}, output => 'choice(a,b)')) FROM t r", ("choice",), 2),
+        (
+            f"SELECT r.id FROM t r WHERE {REVIEW}, output => 'choice(pos,neg,mixed)') = 'mixed'",
+            ("choice", ("pos", "neg", "mixed")),
+            3,
+        ),
+        (f"SELECT r.id FROM t r WHERE {REVIEW}, max_tokens => 1) = 'Yes'", ("choice",), 1),
+    ],
+)
+def test_explicit_output_and_max_tokens(sql, output, max_tokens) -> None:
+    (call,) = compile_sql(sql).llm_calls
+    if output is not None:
+        kind, *rest = output
+        assert call.output.kind == kind
+        if kind == "choice" and rest:
+            assert call.output.values == rest[0]
+        if kind == "number":
+            assert (call.output.lo, call.output.hi) == tuple(rest)
+    assert call.max_tokens == max_tokens
+
+
+def test_implied_specs_are_unchanged_without_options() -> None:
+    """`LLM(...) = 'Yes'` implies a choice, AVG(LLM(...)) a number: the same specs as before
+    the explicit form existed."""
+    q = compile_sql(f"SELECT AVG({REVIEW})) FROM t r WHERE {REVIEW}) = 'Yes'")
+    assert [(c.output, c.max_tokens) for c in q.llm_calls] == [
+        (OutputSpec.choice(["Yes", "No"]), MAX_TOKENS_CHOICE_SHORT),
+        (OutputSpec.number(*DEFAULT_NUMBER_RANGE), MAX_TOKENS_NUMBER),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("sql", "fragments"),
+    [
+        (
+            f"SELECT r.id FROM t r WHERE {REVIEW}, output => 'number(0,5)') = 'Yes'",
+            ["explicit output => 'number(0,5)' conflicts with the choice(Yes,No)", "= 'Yes'"],
+        ),
+        (
+            f"SELECT r.id FROM t r WHERE {REVIEW}, output => 'choice(pos,neg)') = 'Yes'",
+            ["explicit output => 'choice(pos,neg)' conflicts with the choice(Yes,No)"],
+        ),
+        (
+            f"SELECT AVG({REVIEW}, output => 'text')) FROM t r",
+            ["explicit output => 'text' conflicts with the number(0,10) implied by AVG(LLM(...))"],
+        ),
+        (
+            f"SELECT MAX({REVIEW}, output => 'choice(1,2)')) FROM t r",
+            ["conflicts with the number(0,10) implied by MAX(LLM(...))"],
+        ),
+        (f"SELECT {REVIEW}, output => 'yaml') FROM t r", ["unknown output 'yaml'", "choice(a,b"]),
+        (f"SELECT {REVIEW}, output => 'number(5,1)') FROM t r", ["lo <= hi"]),
+        (f"SELECT {REVIEW}, output => 'number(1)') FROM t r", ["two bounds"]),
+        (f"SELECT {REVIEW}, output => 'choice(a,,b)') FROM t r", ["non-empty and distinct"]),
+        (f"SELECT {REVIEW}, output => 'regex([a-)') FROM t r", ["does not compile"]),
+        (f"SELECT {REVIEW}, output => 'choice(a,b') FROM t r", ["missing ')'"]),
+        (f"SELECT {REVIEW}, output => json) FROM t r", ["must be a string"]),
+        (f"SELECT {REVIEW}, max_tokens => 0) FROM t r", ["max_tokens => 0 must be a positive"]),
+        (f"SELECT {REVIEW}, max_tokens => '5') FROM t r", ["must be a positive integer"]),
+        (f"SELECT {REVIEW}, max_tokens => 2.5) FROM t r", ["must be a positive integer"]),
+        (f"SELECT {REVIEW}, temperature => 0) FROM t r", ["unknown LLM option temperature"]),
+        (f"SELECT {REVIEW}, max_tokens => 2, max_tokens => 3) FROM t r", ["given twice"]),
+        (f"SELECT {REVIEW}, max_tokens => 2, r.id) FROM t r", ["follows an option"]),
+    ],
+)
+def test_bad_explicit_output(sql, fragments) -> None:
+    with pytest.raises(SQLError) as err:
+        compile_sql(sql)
+    assert "\n" not in str(err.value)
+    for fragment in fragments:
+        assert fragment in str(err.value)
+
+
+def test_json_and_regex_outputs_validate_answers() -> None:
+    q = compile_sql(
+        f"SELECT {REVIEW}, output => 'json') AS facts, "
+        f"LLM('Code in {{content}}', r.content, output => 'regex(^[A-Z]{{3}}$)') AS code FROM t r"
+    )
+    facts, code = (c.output for c in q.llm_calls)
+    assert facts.violation('{"stars": 4}') is None and facts.violation(" [1, 2] ") is None
+    assert "is not valid JSON" in facts.violation("stars: 4")
+    assert code.violation("JFK") is None
+    assert code.violation("JFKX") == "answer 'JFKX' does not match /^[A-Z]{3}$/"
+    assert code.violation("jfk") is not None
+
+
+SPECS = st.one_of(
+    st.just(OutputSpec.text()),
+    st.just(OutputSpec.json()),
+    st.lists(
+        st.text(st.characters(blacklist_characters=",", codec="utf-8"), min_size=1).map(str.strip),
+        min_size=1,
+        max_size=4,
+        unique=True,
+    )
+    .filter(lambda vs: all(vs))
+    .map(OutputSpec.choice),
+    st.tuples(st.floats(-1e6, 1e6), st.floats(-1e6, 1e6)).map(
+        lambda b: OutputSpec.number(min(b), max(b))
+    ),
+    st.sampled_from(["^[A-Z]{3}$", r"\d+(\.\d+)?", "(yes|no)", r"a,b\)"]).map(OutputSpec.regex),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(spec=SPECS)
+def test_output_form_round_trips(spec: OutputSpec) -> None:
+    assert OutputSpec.parse(spec.form) == spec
