@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from llm_assets.assets.stages import run_filtered, run_result
+from llm_assets.pipeline.stages import run_filtered, run_result
 from llm_assets.query import Predicate, Source
 from llm_assets.sql import SQLError, compile_sql
 from llm_assets.sql_ast import FORBIDDEN_CHARS, column_problem, condition_values_sql
@@ -78,8 +78,8 @@ def test_payload_is_rejected_or_harmless(sql: str, tmp_path, monkeypatch) -> Non
         try:
             for pushdown in (True, False):
                 out = run_filtered(query, _tables(), pushdown)
-                run_result(out.frame, query, [], pushdown)
-                assert out.rows_joined == 3
+                run_result(out, query, [], pushdown)
+                assert len(out) == 3
         finally:
             assert list(tmp_path.iterdir()) == []  # checked even when the run raised
     assert list(tmp_path.iterdir()) == []
@@ -180,7 +180,7 @@ def test_accepted_identifiers_run_in_duckdb(alias: str, columns, tmp_path, monke
     names = query.output_names()
     for pushdown in (True, False):
         out = run_filtered(query, {"t": frame}, pushdown)
-        result = run_result(out.frame, query, [], pushdown)
+        result = run_result(out, query, [], pushdown)
         kept = result.loc[result["passed"], names[f"{alias}.{shown}"]]
         assert sorted(kept) == ["a", "c"]
     assert list(tmp_path.iterdir()) == []
