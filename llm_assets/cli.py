@@ -304,6 +304,8 @@ def run_command(
             result.to_parquet(out, index=False)
     report = summary_of(run, llm, resource, time.perf_counter() - started)
     report["answer_rows"] = len(run.answer)
+    if run.filter_order is not None:
+        report["llm_filter_order"] = run.filter_order.report()
     if out is not None:
         report["out"] = str(out)
     click.echo(json.dumps(report))
@@ -364,6 +366,8 @@ def plan_command(
             planned = run_query(query, frames, options, sim, send=False)
         except ValueError as exc:
             fail(str(exc))
+        if planned.filter_order is not None and "llm_filter_order" not in report:
+            report["llm_filter_order"] = planned.filter_order.report()
         stage = planned.stages[0]
         requests = stages.requests_from_plan(stage.plan, stage.call, max_tokens)
         result = sim.run(f"{query.name}:plan", requests)

@@ -134,3 +134,23 @@ def test_run_and_plan_errors_are_one_line(table_csv, tmp_path, query_sql):
     assert_one_line_error(proc, "--table", "'t'")
     proc = run("run", str(query_sql), "--table", f"t={tmp_path / 'nope.tsv'}")
     assert_one_line_error(proc, "nope.tsv")
+
+
+def test_plan_orders_several_llm_filters_cheapest_first(tmp_path):
+    path = tmp_path / "movies.csv"
+    rows = [(f"m{i % 7}", f"review number {i} " + "long text " * (i % 5)) for i in range(40)]
+    pd.DataFrame(rows, columns=["movie", "review"]).to_csv(path, index=False)
+    sql = tmp_path / "two.sql"
+    sql.write_text(
+        "SELECT t.movie FROM t WHERE "
+        "LLM('Long analysis: is this review of {movie} written by a professional critic who "
+        "has seen many films, judging by style and vocabulary? {review}', t.review, t.movie) "
+        "= 'Yes' AND LLM('Kids? {movie}', t.movie) = 'Yes'"
+    )
+    proc = run("plan", str(sql), "--table", f"t={path}", "--methods", "ggr")
+    assert proc.returncode == 0, proc.stderr
+    order = json.loads(proc.stdout)["llm_filter_order"]
+    assert order["written_order"] == ["llm_1", "llm_2"]
+    assert set(order["chosen_order"]) == {"llm_1", "llm_2"}
+    assert order["expected_tokens_per_row_chosen"] <= order["expected_tokens_per_row_written"]
+    assert order["sample_requests"] > 0

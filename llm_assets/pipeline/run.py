@@ -89,6 +89,7 @@ class QueryRun:
     """Everything one run produced: every row's status in `result`, the output in `answer`."""
 
     filtered: pd.DataFrame
+    filter_order: FilterOrder | None = None
     stages: list[StageRun] = field(default_factory=list)
     result: pd.DataFrame | None = None
     answer: pd.DataFrame | None = None
@@ -144,6 +145,74 @@ def retrieve(query: LLMQuery, tables: Mapping[str, pa.Table | pd.DataFrame], row
     return out
 
 
+SAMPLE_ROWS = 32
+"""Rows per LLM filter sent first to estimate its selectivity (when a query has several)."""
+
+
+@dataclass(frozen=True)
+class FilterOrder:
+    """The LLM filters' written and chosen order, with their estimates (cost in prompt
+    tokens per row reaching the filter, selectivity from a sample) and expected costs."""
+
+    written: tuple[str, ...]
+    chosen: tuple[str, ...]
+    estimates: dict[str, tuple[float, float]]
+    sample_requests: int
+
+    def report(self) -> dict:
+        from llm_assets.planning import expected_cost
+
+        return {
+            "written_order": list(self.written),
+            "chosen_order": list(self.chosen),
+            "estimates": {
+                k: {"tokens_per_row": round(c, 1), "selectivity": round(s, 4)}
+                for k, (c, s) in self.estimates.items()
+            },
+            "expected_tokens_per_row_written": round(
+                expected_cost(self.written, self.estimates), 1
+            ),
+            "expected_tokens_per_row_chosen": round(expected_cost(self.chosen, self.estimates), 1),
+            "sample_requests": self.sample_requests,
+        }
+
+
+def estimate_filter_order(
+    query: LLMQuery,
+    base: pd.DataFrame,
+    options: QueryOptions,
+    engine: LLMEngine,
+    sample_rows: int = SAMPLE_ROWS,
+) -> FilterOrder | None:
+    """Send each LLM filter a seeded sample of the rows (at most `sample_rows`), and order
+    the filters by cost / (1 - selectivity); None when the query has fewer than two."""
+    from llm_assets.planning import cheapest_first, filter_calls
+
+    names = filter_calls(query)
+    if len(names) < 2:
+        return None
+    rows = stages.stage_input(base, query, [])
+    sample = rows.sample(min(sample_rows, len(rows)), random_state=0) if len(rows) else rows
+    by_name = {c.name: c for c in query.llm_calls}
+    estimates, sent = {}, 0
+    for name in names:
+        call = by_name[name]
+        deduped, plan = plan_stage(query, call, sample, options, engine, f"{query.name}:sample")
+        requests = stages.requests_from_plan(plan, call, call_max_tokens(call, options))
+        result = engine.run(f"{query.name}:sample:{name}", requests) if requests else None
+        sent += len(requests)
+        if result is None or not result.responses:
+            estimates[name] = (0.0, 1.0)
+            continue
+        outputs = stages.outputs_frame(plan, result.responses, call)
+        answers = outputs["answer"].dropna()
+        kept = sum(all(f.keeps(a) for f in query.filters_for(name)) for a in answers)
+        tokens = result.stats.prompt_tokens + result.stats.output_tokens
+        per_row = tokens / len(sample)  # duplicates share a request: cost per row reaching
+        estimates[name] = (per_row, kept / len(answers) if len(answers) else 1.0)
+    return FilterOrder(names, cheapest_first(names, estimates), estimates, sent)
+
+
 def run_query(
     query: LLMQuery,
     tables: Mapping[str, pa.Table | pd.DataFrame],
@@ -156,11 +225,17 @@ def run_query(
 ) -> QueryRun:
     """Run every stage of `query` over `tables` on `engine`. With `send=False` only the first
     LLM stage is planned (nothing is sent; `plan` reports what it would cost)."""
+    from llm_assets.planning import order_llm_filters
     from resources.runner import run_requests
 
     filtered = stages.run_filtered(query, tables, options.pushdown)
     base = retrieve(query, tables, filtered, options.retriever) if query.retrievals else filtered
-    run = QueryRun(filtered=base)
+    order = (
+        estimate_filter_order(query, base, options, engine) if options.order_llm_filters else None
+    )
+    if order is not None:
+        query = order_llm_filters(query, order.estimates)
+    run = QueryRun(filtered=base, filter_order=order)
     previous: list = []
     for call in query.llm_calls:
         rows = stages.stage_input(base, query, previous)
