@@ -402,14 +402,14 @@ def summary(tracking_uri: str | None) -> None:
         fail("no MLflow run yet: run `make demo` or a query job first")
     run_id = latest[0].data.tags.get("dagster_run_id", "")
     runs = client.search_runs(ids, filter_string=f"tags.dagster_run_id = '{run_id}'")
-    header = ["stage", "rows in", "requests", "token hit rate", "engine s", "self-hosted $"]
+    header = ["stage", "rows to LLM", "requests", "token hit rate", "engine s", "self-hosted $"]
     lines = [header]
     for run in sorted(runs, key=lambda r: r.data.tags.get("asset_key", "")):
         m = run.data.metrics
         lines.append(
             [
                 run.data.tags.get("asset_key", "?"),
-                f"{m.get('rows_in', 0):,.0f}",
+                f"{m.get('rows_to_llm', 0):,.0f}",
                 f"{m.get('n_requests', 0):,.0f}",
                 f"{m.get('token_hit_rate', 0):.1%}",
                 f"{m.get('engine_time_s', 0):,.1f}",
