@@ -25,10 +25,22 @@ from sqlglot import exp
 from resources.home import llm_assets_home
 
 VERSIONS = "_llm_assets_versions"
+CATALOG = "llm-assets-warehouse"
+"""The name the file is attached under: no query name (an identifier) can collide with it."""
 
 
-def _table(schema: str, name: str) -> exp.Table:
-    return exp.table_(exp.to_identifier(name, quoted=True), db=exp.to_identifier(schema, True))
+def _table(schema: str, name: str, catalog: str | None = None) -> exp.Table:
+    """`"catalog"."schema"."name"`: fully qualified, so a query named like the database file
+    (schema `warehouse` in `warehouse.duckdb`) is not ambiguous."""
+    return exp.table_(
+        exp.to_identifier(name, quoted=True),
+        db=exp.to_identifier(schema, True),
+        catalog=exp.to_identifier(catalog, True) if catalog else None,
+    )
+
+
+def _quoted(name: str) -> str:
+    return exp.to_identifier(name, quoted=True).sql(dialect="duckdb")
 
 
 class WarehouseIOManager(dg.ConfigurableIOManager):
@@ -52,13 +64,21 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
     def _version(name: str, run_id: str) -> str:
         return f"{name}__r_{run_id.replace('-', '')}"
 
+    def _t(self, schema: str, name: str) -> exp.Table:
+        return _table(schema, name, catalog=CATALOG)
+
     def _connect(self) -> duckdb.DuckDBPyConnection:
         Path(self.database).parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + self.lock_wait_s
+        attach = f"ATTACH {exp.Literal.string(self.database).sql()} AS {_quoted(CATALOG)}"
         while True:
+            con = duckdb.connect()
             try:
-                return duckdb.connect(self.database)
+                con.execute(attach)
+                con.execute(f"USE {_quoted(CATALOG)}")
+                return con
             except duckdb.IOException as exc:
+                con.close()
                 if "lock" not in str(exc).lower() or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
@@ -85,22 +105,27 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
         con = self._connect()
         try:
             con.execute(
-                exp.Create(this=exp.to_identifier(schema, True), kind="SCHEMA", exists=True).sql(
-                    dialect="duckdb"
-                )
+                exp.Create(
+                    this=exp.Table(
+                        this=exp.to_identifier(schema, True),
+                        db=exp.to_identifier(CATALOG, True),
+                    ),
+                    kind="SCHEMA",
+                    exists=True,
+                ).sql(dialect="duckdb")
             )
             con.register("_llm_assets_obj", frame)
             select = exp.select("*").from_("_llm_assets_obj")
             con.execute(
                 exp.Create(
-                    this=_table(schema, version), kind="TABLE", replace=True, expression=select
+                    this=self._t(schema, version), kind="TABLE", replace=True, expression=select
                 ).sql(dialect="duckdb")
             )
             con.unregister("_llm_assets_obj")
-            latest = exp.select("*").from_(_table(schema, version))
+            latest = exp.select("*").from_(self._t(schema, version))
             con.execute(
                 exp.Create(
-                    this=_table(schema, name), kind="VIEW", replace=True, expression=latest
+                    this=self._t(schema, name), kind="VIEW", replace=True, expression=latest
                 ).sql(dialect="duckdb")
             )
             self._prune(con, schema, name, version)
@@ -124,7 +149,7 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             [schema, name, self.keep_versions],
         ).fetchall()
         for (stale,) in old:
-            drop = exp.Drop(this=_table(schema, stale), kind="TABLE", exists=True)
+            drop = exp.Drop(tables=[self._t(schema, stale)], kind="TABLE", exists=True)
             con.execute(drop.sql(dialect="duckdb"))
             con.execute(
                 f"DELETE FROM {VERSIONS} WHERE schema_name = ? AND version = ?", [schema, stale]
@@ -134,17 +159,21 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
         key = context.asset_key
         partition = context.asset_partition_key if context.has_asset_partitions else None
         schema, name = self._slot(key, partition)
-        same_run = self._version(name, context.step_context.run_id)
+        try:
+            run_id = context.step_context.run_id
+        except dg.DagsterInvariantViolationError:  # loaded outside a run: the latest
+            run_id = ""
+        same_run = self._version(name, run_id)
         con = self._connect()
         try:
             found = con.execute(
                 "SELECT count(*) FROM information_schema.tables "
-                "WHERE table_schema = ? AND table_name = ?",
-                [schema, same_run],
+                "WHERE table_catalog = ? AND table_schema = ? AND table_name = ?",
+                [CATALOG, schema, same_run],
             ).fetchone()[0]
             table = same_run if found else name
             try:
-                sql = exp.select("*").from_(_table(schema, table)).sql(dialect="duckdb")
+                sql = exp.select("*").from_(self._t(schema, table)).sql(dialect="duckdb")
                 return con.execute(sql).df()
             except duckdb.CatalogException as exc:
                 raise dg.Failure(

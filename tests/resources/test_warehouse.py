@@ -1,9 +1,76 @@
-"""The DuckDB warehouse stores exactly what an asset returned, even when columns change."""
+"""The versioned DuckDB warehouse: each materialization is its own table, the view points at
+the latest, a step reads its own run's upstream, old versions are dropped."""
 
 import dagster as dg
+import duckdb
 import pandas as pd
 
-from resources.warehouse import warehouse_io_manager
+from resources.warehouse import WarehouseIOManager, warehouse_io_manager
+
+
+def build(n_rows):
+    @dg.asset(key=["w", "numbers"])
+    def numbers():
+        return pd.DataFrame({"x": range(n_rows)})
+
+    @dg.asset(key=["w", "total"], ins={"numbers": dg.AssetIn(["w", "numbers"])})
+    def total(numbers: pd.DataFrame):
+        return pd.DataFrame({"n": [len(numbers)]})
+
+    return [numbers, total]
+
+
+def tables(database):
+    con = duckdb.connect(str(database), read_only=True)
+    try:
+        return sorted(
+            name
+            for (name,) in con.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'w'"
+            ).fetchall()
+        )
+    finally:
+        con.close()
+
+
+def test_versions_are_kept_per_run_and_pruned(tmp_path):
+    database = tmp_path / "store.duckdb"
+    io = WarehouseIOManager(database=str(database), keep_versions=2)
+    with dg.instance_for_test() as instance:
+        for n in (3, 5, 7, 9):
+            result = dg.materialize(build(n), resources={"io_manager": io}, instance=instance)
+            assert result.output_for_node("w__total")["n"].tolist() == [n]
+    names = tables(database)
+    assert names.count("numbers") == names.count("total") == 1  # the latest views
+    assert sum(n.startswith("numbers__r_") for n in names) == 2
+    con = duckdb.connect(str(database), read_only=True)
+    assert con.execute('SELECT count(*) FROM w."numbers"').fetchone()[0] == 9
+    con.close()
+
+
+def test_a_step_reads_its_own_runs_upstream_not_the_latest(tmp_path):
+    """Run A stores 4 numbers; while it runs, run B stores 6 (the latest); run A's next step
+    still reads A's 4. Reading outside a run gets the latest."""
+    io = WarehouseIOManager(database=str(tmp_path / "store.duckdb"))
+    other_run = build(6)[:1]
+
+    @dg.asset(key=["w", "numbers"])
+    def numbers():
+        return pd.DataFrame({"x": range(4)})
+
+    @dg.asset(key=["w", "meanwhile"], deps=[numbers])
+    def meanwhile():
+        assert dg.materialize(other_run, resources={"io_manager": io}).success
+        return pd.DataFrame({"done": [True]})
+
+    @dg.asset(key=["w", "total"], ins={"numbers": dg.AssetIn(["w", "numbers"])}, deps=[meanwhile])
+    def total(numbers: pd.DataFrame):
+        return pd.DataFrame({"n": [len(numbers)]})
+
+    result = dg.materialize([numbers, meanwhile, total], resources={"io_manager": io})
+    assert result.output_for_node("w__total")["n"].tolist() == [4]
+    context = dg.build_input_context(asset_key=dg.AssetKey(["w", "numbers"]))
+    assert len(io.load_input(context)) == 6
 
 
 def test_tables_are_replaced_when_columns_or_types_change_and_empty_ones_are_kept(tmp_path):
