@@ -15,7 +15,9 @@ DATASETS_GROUP = "datasets"
 def query_job(group: str, description: str, groups: Iterable[str] | None = None):
     return dg.define_asset_job(
         name=f"{group}_job",
-        selection=dg.AssetSelection.groups(*(groups or [group])).upstream(),
+        selection=dg.AssetSelection.groups(*(groups or [group]))
+        .upstream()
+        .required_multi_asset_neighbors(),
         executor_def=dg.in_process_executor,
         description=description,
     )

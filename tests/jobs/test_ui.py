@@ -21,7 +21,7 @@ LINEAGES = {
     "q2": ["filtered", "deduped", "request_plan", "llm_outputs", "result", "answer"],
     "q3": ["filtered", "llm_outputs", "deduped_2", "request_plan_2", "llm_outputs_2", "result"],
     "q4": ["filtered", "deduped", "request_plan", "llm_outputs", "result", "answer"],
-    "q5": ["filtered", "embeddings", "retrieved", "deduped", "llm_outputs", "answer"],
+    "q5": ["filtered", "retrieved", "deduped", "request_plan", "llm_outputs", "answer"],
 }
 
 pytestmark = [
