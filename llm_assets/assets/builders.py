@@ -228,7 +228,7 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
             "deduped": dg.AssetIn(qdef.key(f"deduped{s}")),
         },
         group_name=qdef.name,
-        kinds={"llm"},
+        kinds={qdef.engine_kind},
         partitions_def=qdef.partitions_def,
         required_resource_keys=COMMON | {engine_key, "response_cache", "tracker"},
         description=f"Answers of LLM call {call.name}, one row per distinct request.",

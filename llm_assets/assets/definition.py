@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -123,6 +124,12 @@ class QueryDefinition:
     def source_key(self, table: str) -> dg.AssetKey:
         spec = self.sources[table]
         return dg.AssetKey(spec.asset_path) if spec.asset else self.key(f"source_{table}")
+
+    @property
+    def engine_kind(self) -> str:
+        """The asset kind of `llm_outputs`: the engine the code location binds
+        (`LLM_ASSETS_ENGINE`: sim, openai or vllm), read when the definitions load."""
+        return os.environ.get("LLM_ASSETS_ENGINE") or "sim"
 
     @property
     def base(self) -> str:
