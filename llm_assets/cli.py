@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from llm_assets.io import InputError, read_table
+from llm_assets.data.tables import InputError, load_table
 
 
 def fail(message: str) -> None:
@@ -65,7 +65,7 @@ def reorder(input_path: Path, fields: str | None, method: str, out: Path | None)
     from llm_assets.optimizer.metrics import char_hit_rate, phc
 
     try:
-        table = read_table(input_path)
+        table = load_table(input_path)
     except InputError as exc:
         fail(str(exc))
     chosen = parse_fields(table, fields)
@@ -139,7 +139,7 @@ def simulate(
 
     started = time.perf_counter()
     try:
-        table = read_table(input_path)
+        table = load_table(input_path)
     except InputError as exc:
         fail(str(exc))
     require_rows(table)

@@ -1,0 +1,444 @@
+"""The one loader for user tables: CSV, TSV, Parquet and JSON lines, one file or a glob.
+
+Invariants:
+- Text formats (CSV, TSV, JSON) give every column as text exactly as written in the file: no
+  dtype inference (`007`, `TRUE`, `1.50`, 20-digit ids and the words `NaN`/`None`/`null` stay
+  as written). An empty unquoted CSV cell and a JSON null are null; a quoted empty CSV cell
+  (`""`) is the empty string; JSON numbers and booleans keep their text, nested values become
+  compact JSON text. Parquet keeps its own types and nulls.
+- Bad input raises `InputError`, one line naming the file (and the line and column where they
+  apply) and what would be accepted.
+- `predicate_types` says which DuckDB type each text column would get from DuckDB's CSV
+  sniffer, so SQL predicates can compare typed values while prompts keep the original text.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import gzip
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+
+FORMATS = ("csv", "tsv", "parquet", "jsonl", "json")
+SUFFIXES = {
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+}
+"""Extension -> format; the text formats also accept a trailing `.gz`."""
+DELIMITERS = (",", "\t", ";", "|")
+"""Candidates for delimiter detection, in order of preference on a tie."""
+_SNIFF_CHARS = 1 << 16
+_SNIFF_ROWS = 50
+_GLOB_CHARS = frozenset("*?[")
+NEWLINE = b"\n"
+
+
+class InputError(ValueError):
+    """A problem with the user's input, stated in one line."""
+
+
+def load_table(
+    path_or_glob: str | Path,
+    *,
+    format: str | None = None,
+    encoding: str | None = None,
+    delimiter: str | None = None,
+) -> pa.Table:
+    """The table in `path_or_glob`; a glob reads every match in sorted order and concatenates
+    them (all must have the same columns). `format` (csv, tsv, parquet, jsonl, json) overrides
+    the extension, `encoding` the UTF-8 / Windows-1252 detection and `delimiter` the
+    detection among `,` tab `;` `|` (a `.tsv` file is tab-separated)."""
+    if format is not None and format not in FORMATS:
+        raise InputError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
+    if delimiter is not None and len(delimiter) != 1:
+        raise InputError(f"delimiter must be one character, got {delimiter!r}")
+    tables = [
+        (path, _read_one(path, format, encoding, delimiter)) for path in _expand(path_or_glob)
+    ]
+    return _concat(tables)
+
+
+def _expand(path_or_glob: str | Path) -> list[Path]:
+    text = str(path_or_glob)
+    if _GLOB_CHARS & set(text):
+        matches = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+        if not matches:
+            raise InputError(f"input file not found: no file matches {text!r}")
+        return matches
+    path = Path(path_or_glob)
+    if not path.is_file():
+        what = "is a directory, not a file" if path.is_dir() else "not found"
+        raise InputError(f"input file {what}: {path}")
+    return [path]
+
+
+def _format_of(path: Path, format: str | None) -> str:
+    if format is not None:
+        return format
+    name = path.name.lower()
+    stem = name.removesuffix(".gz")
+    for suffix, found in SUFFIXES.items():
+        if stem.endswith(suffix) and (stem == name or found != "parquet"):
+            return found
+    accepted = ", ".join([*SUFFIXES, *(s + ".gz" for s in SUFFIXES if SUFFIXES[s] != "parquet")])
+    raise InputError(
+        f"unsupported input {path}: expected one of {accepted} (or pass format=one of "
+        f"{', '.join(FORMATS)})"
+    )
+
+
+def _read_one(path: Path, format: str | None, encoding: str | None, delimiter: str | None):
+    kind = _format_of(path, format)
+    if kind == "parquet":
+        table = _read_parquet(path)
+    else:
+        data = path.read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            try:
+                data = gzip.decompress(data)
+            except (OSError, EOFError) as error:
+                raise InputError(f"{path}: not a readable gzip file ({error})") from None
+        text = _decode(path, data, encoding, kind, delimiter)
+        if not text.strip():
+            raise InputError(f"{path}: the file is empty (expected a header row or records)")
+        if kind in ("csv", "tsv"):
+            if delimiter is None and kind == "tsv":
+                delimiter = "\t"
+            table = _read_delimited(path, text, delimiter or _sniff_delimiter(text))
+        else:
+            table = _read_json(path, text)
+    _check_names(path, table.column_names)
+    return table
+
+
+# --- encodings ----------------------------------------------------------------------------
+
+
+def _decode(path: Path, data: bytes, encoding: str | None, kind: str, delimiter: str | None):
+    """The file's text: `encoding` when given, else UTF-8 (a BOM is dropped), else cp1252."""
+    tried = [encoding] if encoding else ["utf-8-sig", "cp1252"]
+    for name in tried:
+        try:
+            return data.decode(name)
+        except LookupError:
+            raise InputError(f"unknown encoding {name!r} for {path}") from None
+        except UnicodeDecodeError as error:
+            failure = error
+    where = _where(data, failure.start, kind, delimiter)
+    accepted = "pass encoding=... (e.g. utf-8, cp1252, latin-1)"
+    if encoding:
+        raise InputError(
+            f"{path}: {where}: byte 0x{data[failure.start]:02x} is not valid {encoding}; {accepted}"
+        )
+    raise InputError(
+        f"{path}: {where}: byte 0x{data[failure.start]:02x} is neither UTF-8 nor "
+        f"Windows-1252 (cp1252); {accepted}"
+    )
+
+
+def _where(data: bytes, offset: int, kind: str, delimiter: str | None) -> str:
+    """'line N' (1-based) of byte `offset`, plus the CSV column it falls in when known."""
+    line_start = data.rfind(NEWLINE, 0, offset) + 1
+    where = f"line {data.count(NEWLINE, 0, offset) + 1}"
+    if kind not in ("csv", "tsv"):
+        return where
+    text = data.decode("utf-8", errors="replace")
+    delimiter = delimiter or ("\t" if kind == "tsv" else _sniff_delimiter(text))
+    header = _first_row(text, delimiter)
+    prefix = data[line_start:offset].decode("utf-8", errors="replace")
+    index = len(_first_row(prefix + "x", delimiter)) - 1
+    if 0 <= index < len(header):
+        where += f", column {index + 1} ({header[index]!r})"
+    return where
+
+
+# --- CSV / TSV ----------------------------------------------------------------------------
+
+
+def _rows(text: str, delimiter: str):
+    return csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=False)
+
+
+def _first_row(text: str, delimiter: str) -> list[str]:
+    try:
+        return next(_rows(text, delimiter), [])
+    except csv.Error:
+        return []
+
+
+def _sniff_delimiter(text: str) -> str:
+    """The candidate delimiter whose first rows all have the header's field count (more than
+    one), preferring more fields, then `DELIMITERS` order; ',' when none splits the header."""
+    sample = text[:_SNIFF_CHARS]
+    complete = len(text) <= _SNIFF_CHARS
+    best, best_score = ",", (False, 0.0, 1)
+    for candidate in DELIMITERS:
+        try:
+            rows = [r for _, r in zip(range(_SNIFF_ROWS + 1), _rows(sample, candidate))]
+        except csv.Error:
+            continue
+        if not complete and len(rows) > 1:
+            rows = rows[:-1]  # the last row of a truncated sample may be cut short
+        width = len(rows[0]) if rows else 0
+        body = [r for r in rows[1:] if r]
+        share = sum(len(r) == width for r in body) / len(body) if body else 1.0
+        score = (share == 1.0, share, width)
+        if width > 1 and score > best_score:
+            best, best_score = candidate, score
+    return best
+
+
+def _read_delimited(path: Path, text: str, delimiter: str) -> pa.Table:
+    header = _first_row(text, delimiter)
+    _check_names(path, header)
+    data = text.encode("utf-8")
+    if not data.endswith(b"\n"):
+        data += b"\n"
+    try:
+        return pa_csv.read_csv(
+            io.BytesIO(data),
+            parse_options=pa_csv.ParseOptions(
+                delimiter=delimiter,
+                newlines_in_values=True,
+                ignore_empty_lines=len(header) > 1,  # a blank line is a null in a 1-column file
+            ),
+            convert_options=pa_csv.ConvertOptions(
+                column_types={name: pa.string() for name in header},
+                null_values=[""],
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=False,
+                check_utf8=False,
+            ),
+        )
+    except pa.ArrowInvalid as error:
+        raise InputError(_delimited_problem(path, text, delimiter, header, error)) from None
+
+
+def _delimited_problem(path: Path, text: str, delimiter: str, header: list[str], error) -> str:
+    """The first ragged or malformed row, found again with Python's csv module for its line."""
+    hint = f"check the delimiter ({delimiter!r}; pass delimiter=...) and the quoting"
+    limit = csv.field_size_limit()
+    csv.field_size_limit(1 << 30)
+    rows = _rows(text, delimiter)
+    line = 1
+    try:
+        for row in rows:
+            if (row or len(header) == 1) and len(row) != len(header) and line > 1:
+                return (
+                    f"{path}: line {line}: expected {len(header)} fields (as in the header), "
+                    f"got {len(row)}; {hint}"
+                )
+            line = rows.line_num + 1
+    except csv.Error as problem:
+        return f"{path}: line {line}: {problem}; {hint}"
+    finally:
+        csv.field_size_limit(limit)
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return f"{path}: cannot parse: {first}; {hint}"
+
+
+def _check_names(path: Path, names: Sequence[str]) -> None:
+    if not names:
+        raise InputError(f"{path}: no columns (expected a header row or records)")
+    seen: dict[str, int] = {}
+    for number, name in enumerate(names, start=1):
+        if not str(name).strip():
+            raise InputError(
+                f"{path}: line 1, column {number} has an empty name; every column needs a name"
+            )
+        if name in seen:
+            raise InputError(
+                f"{path}: line 1: column name {name!r} appears twice (columns {seen[name]} and "
+                f"{number}); column names must be unique"
+            )
+        seen[name] = number
+
+
+# --- JSON ---------------------------------------------------------------------------------
+
+
+class _RawNumber(str):
+    """A JSON number or constant (NaN, Infinity) kept as the text written in the file."""
+
+
+def _pairs(pairs: list[tuple[str, object]]) -> dict:
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"key {twice!r} appears twice in one object")
+    return record
+
+
+def _loads(text: str):
+    return json.loads(
+        text,
+        parse_float=_RawNumber,
+        parse_int=_RawNumber,
+        parse_constant=_RawNumber,
+        object_pairs_hook=_pairs,
+    )
+
+
+def _compact(value) -> str:
+    """Compact JSON text of a parsed value, numbers exactly as written."""
+    if isinstance(value, dict):
+        items = (f"{json.dumps(k, ensure_ascii=False)}:{_compact(v)}" for k, v in value.items())
+        return "{" + ",".join(items) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_compact(v) for v in value) + "]"
+    if isinstance(value, _RawNumber):
+        return str.__str__(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    return {True: "true", False: "false", None: "null"}[value]
+
+
+def _cell(value) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return str.__str__(value)
+    return _compact(value)
+
+
+def _records(path: Path, text: str):
+    """(where, value) for each record: items of a top-level list, else one per line."""
+    if text.lstrip().startswith("["):
+        try:
+            document = _loads(text)
+        except ValueError as error:
+            raise InputError(f"{path}: invalid JSON: {error}") from None
+        return [(f"item {n}", item) for n, item in enumerate(document, start=1)]
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append((f"line {number}", _loads(line)))
+        except ValueError as error:
+            raise InputError(
+                f"{path}: line {number}: invalid JSON ({error}); expected one JSON object per "
+                f"line (JSON lines) or a top-level list of objects"
+            ) from None
+    return records
+
+
+def _read_json(path: Path, text: str) -> pa.Table:
+    rows = []
+    for where, record in _records(path, text):
+        if not isinstance(record, dict):
+            got = type(record).__name__.replace("_RawNumber", "number")
+            raise InputError(f"{path}: {where}: expected a JSON object, got a {got}")
+        rows.append(record)
+    names = list(dict.fromkeys(k for row in rows for k in row))
+    _check_names(path, names)
+    return pa.table({k: pa.array([_cell(r.get(k)) for r in rows], pa.string()) for k in names})
+
+
+# --- Parquet and globs --------------------------------------------------------------------
+
+
+def _read_parquet(path: Path) -> pa.Table:
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowException, OSError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise InputError(f"{path}: not a readable Parquet file ({first})") from None
+
+
+def _concat(tables: list[tuple[Path, pa.Table]]) -> pa.Table:
+    (first_path, first), rest = tables[0], tables[1:]
+    parts = [first]
+    for path, table in rest:
+        if sorted(table.column_names) != sorted(first.column_names):
+            raise InputError(
+                f"{path}: columns {table.column_names} differ from {first_path}'s "
+                f"{first.column_names}; every file a glob matches needs the same columns"
+            )
+        table = table.select(first.column_names)
+        if table.schema != first.schema:
+            raise InputError(
+                f"{path}: column types {table.schema.types} differ from {first_path}'s "
+                f"{first.schema.types}; every file a glob matches needs the same types"
+            )
+        parts.append(table)
+    return pa.concat_tables(parts) if len(parts) > 1 else first
+
+
+# --- types for predicates -----------------------------------------------------------------
+
+_SIGNED_OR_LEADING_ZERO = r"^\s*(\+|-?0[0-9])"
+_INTEGER = r"^\s*-?[0-9]+\s*$"
+_HAS_DIGIT = r"[0-9]"
+_HAS_TIME = r"[0-9][ T][0-9]"
+PREDICATE_TYPES = ("BOOLEAN", "BIGINT", "HUGEINT", "DOUBLE", "DATE", "TIMESTAMP")
+"""Tried in this order; a text column gets the first its non-null values all fit, else
+VARCHAR (also for a column with no non-null value)."""
+
+
+def _fits(column, type_name: str):
+    """SQL condition: `column` casts to `type_name` as DuckDB's CSV sniffer would accept it
+    (numbers without leading zeros, booleans spelled as words, dates without a time)."""
+    from sqlglot import exp
+
+    def matches(pattern: str):
+        return exp.RegexpLike(this=column.copy(), expression=exp.Literal.string(pattern))
+
+    cast = exp.TryCast(this=column.copy(), to=exp.DataType.build(type_name, dialect="duckdb"))
+    condition = cast.is_(exp.null()).not_()
+    extra = {
+        "BOOLEAN": [matches(_HAS_DIGIT).not_()],
+        "BIGINT": [matches(_INTEGER), matches(_SIGNED_OR_LEADING_ZERO).not_()],
+        "HUGEINT": [matches(_INTEGER), matches(_SIGNED_OR_LEADING_ZERO).not_()],
+        "DOUBLE": [matches(_SIGNED_OR_LEADING_ZERO).not_()],
+        "DATE": [matches(_HAS_TIME).not_()],
+    }.get(type_name, [])
+    return exp.and_(condition, *extra)
+
+
+def predicate_types(table: pa.Table, columns: Sequence[str]) -> dict[str, str]:
+    """The DuckDB type each text column in `columns` would get from DuckDB's CSV sniffer
+    (one of `PREDICATE_TYPES`, else VARCHAR); non-text columns are left out. Every non-null
+    value of a column typed T casts to T without error."""
+    import duckdb
+    from sqlglot import exp
+
+    text = [
+        c for c in dict.fromkeys(columns) if pa.types.is_string(table.schema.field(c).type)
+        or pa.types.is_large_string(table.schema.field(c).type)
+    ]
+    if not text:
+        return {}
+    selects = []
+    for number, name in enumerate(text):
+        column = exp.column(name, quoted=True)
+        selects.append(exp.Count(this=column.copy()).as_(f"n{number}"))
+        for type_name in PREDICATE_TYPES:
+            fits = exp.CountIf(this=_fits(column, type_name))
+            selects.append(fits.as_(f"n{number}_{type_name}"))
+    query = exp.select(*selects).from_(exp.to_table("t")).sql(dialect="duckdb")
+    with duckdb.connect() as con:
+        con.register("t", table.select(text))
+        counts = dict(zip([d[0] for d in con.execute(query).description], con.fetchone()))
+    result = {}
+    for number, name in enumerate(text):
+        present = counts[f"n{number}"]
+        result[name] = next(
+            (t for t in PREDICATE_TYPES if present and counts[f"n{number}_{t}"] == present),
+            "VARCHAR",
+        )
+    return result
