@@ -8,8 +8,8 @@ Invariants:
   compact JSON text. Parquet keeps its own types and nulls.
 - Bad input raises `InputError`, one line naming the file (and the line and column where they
   apply) and what would be accepted.
-- `predicate_types` says which DuckDB type each text column would get from DuckDB's CSV
-  sniffer, so SQL predicates can compare typed values while prompts keep the original text.
+- `predicate_types` (from `sql_types`) says which DuckDB type each text column would get from
+  DuckDB's CSV sniffer, so SQL predicates compare typed values while prompts keep the text.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.csv as pa_csv
+
+from llm_assets.data.sql_types import PREDICATE_TYPES, predicate_types
 
 FORMATS = ("csv", "tsv", "parquet", "jsonl", "json")
 SUFFIXES = {
@@ -46,6 +48,9 @@ NEWLINE = b"\n"
 
 class InputError(ValueError):
     """A problem with the user's input, stated in one line."""
+
+
+__all__ = ["FORMATS", "PREDICATE_TYPES", "InputError", "load_table", "predicate_types"]
 
 
 def load_table(
@@ -178,18 +183,16 @@ def _first_row(text: str, delimiter: str) -> list[str]:
 
 
 def _sniff_delimiter(text: str) -> str:
-    """The candidate delimiter whose first rows all have the header's field count (more than
-    one), preferring more fields, then `DELIMITERS` order; ',' when none splits the header."""
+    """The candidate delimiter under which the first rows parse cleanly (strict quoting) and
+    all have the header's field count (more than one), preferring more fields, then
+    `DELIMITERS` order; ',' when none splits the header."""
     sample = text[:_SNIFF_CHARS]
     complete = len(text) <= _SNIFF_CHARS
     best, best_score = ",", (False, 0.0, 1)
     for candidate in DELIMITERS:
-        try:
-            rows = [r for _, r in zip(range(_SNIFF_ROWS + 1), _rows(sample, candidate))]
-        except csv.Error:
+        rows = _sample_rows(sample, candidate, complete)
+        if rows is None:
             continue
-        if not complete and len(rows) > 1:
-            rows = rows[:-1]  # the last row of a truncated sample may be cut short
         width = len(rows[0]) if rows else 0
         body = [r for r in rows[1:] if r]
         share = sum(len(r) == width for r in body) / len(body) if body else 1.0
@@ -197,6 +200,24 @@ def _sniff_delimiter(text: str) -> str:
         if width > 1 and score > best_score:
             best, best_score = candidate, score
     return best
+
+
+def _sample_rows(sample: str, delimiter: str, complete: bool) -> list[list[str]] | None:
+    """Up to `_SNIFF_ROWS` + 1 rows of `sample` under strict quoting; None when the quoting is
+    broken in the part of the sample that is surely complete."""
+    rows = []
+    reader = csv.reader(io.StringIO(sample, newline=""), delimiter=delimiter, strict=True)
+    try:
+        for row in reader:
+            rows.append(row)
+            if len(rows) > _SNIFF_ROWS:
+                break
+    except csv.Error:
+        if complete or not rows:
+            return None
+    if not complete and len(rows) > 1:
+        rows = rows[:-1]  # the last row of a truncated sample may be cut short
+    return rows
 
 
 def _read_delimited(path: Path, text: str, delimiter: str) -> pa.Table:
@@ -377,68 +398,3 @@ def _concat(tables: list[tuple[Path, pa.Table]]) -> pa.Table:
             )
         parts.append(table)
     return pa.concat_tables(parts) if len(parts) > 1 else first
-
-
-# --- types for predicates -----------------------------------------------------------------
-
-_SIGNED_OR_LEADING_ZERO = r"^\s*(\+|-?0[0-9])"
-_INTEGER = r"^\s*-?[0-9]+\s*$"
-_HAS_DIGIT = r"[0-9]"
-_HAS_TIME = r"[0-9][ T][0-9]"
-PREDICATE_TYPES = ("BOOLEAN", "BIGINT", "HUGEINT", "DOUBLE", "DATE", "TIMESTAMP")
-"""Tried in this order; a text column gets the first its non-null values all fit, else
-VARCHAR (also for a column with no non-null value)."""
-
-
-def _fits(column, type_name: str):
-    """SQL condition: `column` casts to `type_name` as DuckDB's CSV sniffer would accept it
-    (numbers without leading zeros, booleans spelled as words, dates without a time)."""
-    from sqlglot import exp
-
-    def matches(pattern: str):
-        return exp.RegexpLike(this=column.copy(), expression=exp.Literal.string(pattern))
-
-    cast = exp.TryCast(this=column.copy(), to=exp.DataType.build(type_name, dialect="duckdb"))
-    condition = cast.is_(exp.null()).not_()
-    extra = {
-        "BOOLEAN": [matches(_HAS_DIGIT).not_()],
-        "BIGINT": [matches(_INTEGER), matches(_SIGNED_OR_LEADING_ZERO).not_()],
-        "HUGEINT": [matches(_INTEGER), matches(_SIGNED_OR_LEADING_ZERO).not_()],
-        "DOUBLE": [matches(_SIGNED_OR_LEADING_ZERO).not_()],
-        "DATE": [matches(_HAS_TIME).not_()],
-    }.get(type_name, [])
-    return exp.and_(condition, *extra)
-
-
-def predicate_types(table: pa.Table, columns: Sequence[str]) -> dict[str, str]:
-    """The DuckDB type each text column in `columns` would get from DuckDB's CSV sniffer
-    (one of `PREDICATE_TYPES`, else VARCHAR); non-text columns are left out. Every non-null
-    value of a column typed T casts to T without error."""
-    import duckdb
-    from sqlglot import exp
-
-    text = [
-        c for c in dict.fromkeys(columns) if pa.types.is_string(table.schema.field(c).type)
-        or pa.types.is_large_string(table.schema.field(c).type)
-    ]
-    if not text:
-        return {}
-    selects = []
-    for number, name in enumerate(text):
-        column = exp.column(name, quoted=True)
-        selects.append(exp.Count(this=column.copy()).as_(f"n{number}"))
-        for type_name in PREDICATE_TYPES:
-            fits = exp.CountIf(this=_fits(column, type_name))
-            selects.append(fits.as_(f"n{number}_{type_name}"))
-    query = exp.select(*selects).from_(exp.to_table("t")).sql(dialect="duckdb")
-    with duckdb.connect() as con:
-        con.register("t", table.select(text))
-        counts = dict(zip([d[0] for d in con.execute(query).description], con.fetchone()))
-    result = {}
-    for number, name in enumerate(text):
-        present = counts[f"n{number}"]
-        result[name] = next(
-            (t for t in PREDICATE_TYPES if present and counts[f"n{number}_{t}"] == present),
-            "VARCHAR",
-        )
-    return result
