@@ -279,6 +279,8 @@ def test_undecodable_bytes_under_an_explicit_encoding(tmp_path):
 def test_bytes_neither_utf8_nor_cp1252(tmp_path):
     (tmp_path / "t.tsv").write_bytes(b"a\tb\nx\ty\x81\n")
     one_line_error(tmp_path / "t.tsv", r"line 2, column 2 \('b'\)", "0x81", "encoding=")
+    (tmp_path / "u.tsv").write_bytes(b"a\tb\nx\ty\n\x8dx\ty\n")
+    one_line_error(tmp_path / "u.tsv", r"line 3, column 1 \('a'\)", "0x8d")
 
 
 def test_json_line_that_is_not_an_object(tmp_path):
@@ -309,6 +311,7 @@ def test_predicate_types_of_typical_columns():
             "rating": ["3", "4.5", None, "NaN"],
             "verified": ["True", "false", None, "TRUE"],
             "count": ["1", "2", "-3", None],
+            "flag": ["0", "1", "1", "0"],
             "zip": ["007", "0042", "12", "1"],
             "big id": ["12345678901234567891", "1", "2", "3"],
             "day": ["2020-01-01", "1999-12-31", None, None],
@@ -321,6 +324,7 @@ def test_predicate_types_of_typical_columns():
         "rating": "DOUBLE",
         "verified": "BOOLEAN",
         "count": "BIGINT",
+        "flag": "BIGINT",
         "zip": "VARCHAR",
         "big id": "HUGEINT",
         "day": "DATE",
@@ -364,3 +368,10 @@ def test_predicate_types_agree_with_duckdbs_csv_sniffer(tmp_path, columns):
             values = [v for v in table.column(name).to_pylist() if v is not None]
             for value in values:
                 con.execute(f"SELECT CAST(? AS {type_name})", [value])  # raises if it cannot
+
+
+def test_delimiter_detection_prefers_the_delimiter_whose_quoting_is_clean(tmp_path):
+    (tmp_path / "t.csv").write_text('_\t","\n')  # tab-separated; the second name is ","
+    assert load_table(tmp_path / "t.csv").column_names == ["_", ","]
+    (tmp_path / "u.csv").write_text('a;b\n"x,1";2\n"y,2";3\n')
+    assert as_rows(load_table(tmp_path / "u.csv")) == [["x,1", "2"], ["y,2", "3"]]
