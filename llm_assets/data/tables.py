@@ -293,23 +293,8 @@ class _RawNumber(str):
     """A JSON number or constant (NaN, Infinity) kept as the text written in the file."""
 
 
-def _pairs(pairs: list[tuple[str, object]]) -> dict:
-    record = dict(pairs)
-    if len(record) != len(pairs):
-        seen: set[str] = set()
-        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise ValueError(f"key {twice!r} appears twice in one object")
-    return record
-
-
-def _loads(text: str):
-    return json.loads(
-        text,
-        parse_float=_RawNumber,
-        parse_int=_RawNumber,
-        parse_constant=_RawNumber,
-        object_pairs_hook=_pairs,
-    )
+_DECODER = json.JSONDecoder(parse_float=_RawNumber, parse_int=_RawNumber, parse_constant=_RawNumber)
+"""Numbers keep their text; a key repeated in one object keeps its last value (JSON's rule)."""
 
 
 def _compact(value) -> str:
@@ -334,38 +319,57 @@ def _cell(value) -> str | None:
     return _compact(value)
 
 
-def _records(path: Path, text: str):
-    """(where, value) for each record: items of a top-level list, else one per line."""
+def _records(path: Path, text: str) -> tuple[list, list[str]]:
+    """The parsed records and where each is ('item N' of a top-level list, else 'line N' of
+    JSON lines). JSON lines are decoded as one array (fast); when that fails, line by line
+    for the line that is wrong."""
+    accepted = "expected one JSON object per line (JSON lines) or a top-level list of objects"
     if text.lstrip().startswith("["):
         try:
-            document = _loads(text)
-        except ValueError as error:
-            raise InputError(f"{path}: invalid JSON: {error}") from None
-        return [(f"item {n}", item) for n, item in enumerate(document, start=1)]
-    records = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append((f"line {number}", _loads(line)))
-        except ValueError as error:
+            document = _DECODER.decode(text)
+        except json.JSONDecodeError as error:
             raise InputError(
-                f"{path}: line {number}: invalid JSON ({error}); expected one JSON object per "
-                f"line (JSON lines) or a top-level list of objects"
+                f"{path}: line {error.lineno}, column {error.colno}: invalid JSON "
+                f"({error.msg}); {accepted}"
             ) from None
-    return records
+        if not isinstance(document, list):
+            raise InputError(f"{path}: line 1: the top-level value is not a list; {accepted}")
+        return document, [f"item {n}" for n in range(1, len(document) + 1)]
+    lines = text.split("\n")  # not splitlines(): U+2028 and U+0085 may sit inside a string
+    numbered = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
+    try:
+        records = _DECODER.decode("[" + ",".join(line for _, line in numbered) + "]")
+        if len(records) == len(numbered):
+            return records, [f"line {n}" for n, _ in numbered]
+    except json.JSONDecodeError:
+        pass
+    for number, line in numbered:
+        try:
+            _DECODER.decode(line)
+        except json.JSONDecodeError as error:
+            raise InputError(
+                f"{path}: line {number}, column {error.colno}: invalid JSON ({error.msg}); "
+                f"{accepted}"
+            ) from None
+    raise AssertionError("unreachable: every line decodes but the lines together do not")
+
+
+def _text_column(values: list) -> pa.Array:
+    try:
+        return pa.array(values, pa.string())  # fast path: only text and nulls
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        return pa.array([_cell(v) for v in values], pa.string())
 
 
 def _read_json(path: Path, text: str) -> pa.Table:
-    rows = []
-    for where, record in _records(path, text):
+    records, where = _records(path, text)
+    for number, record in enumerate(records):
         if not isinstance(record, dict):
             got = type(record).__name__.replace("_RawNumber", "number")
-            raise InputError(f"{path}: {where}: expected a JSON object, got a {got}")
-        rows.append(record)
-    names = list(dict.fromkeys(k for row in rows for k in row))
+            raise InputError(f"{path}: {where[number]}: expected a JSON object, got a {got}")
+    names = list(dict.fromkeys(k for record in records for k in record))
     _check_names(path, names)
-    return pa.table({k: pa.array([_cell(r.get(k)) for r in rows], pa.string()) for k in names})
+    return pa.table({k: _text_column([r.get(k) for r in records]) for k in names})
 
 
 # --- Parquet and globs --------------------------------------------------------------------

@@ -19,7 +19,7 @@ SETTINGS = settings(
 TRICKY = [
     "007", "0042", "TRUE", "true", "False", "1.50", "12345678901234567891", "NaN", "None",
     "null", "NA", "N/A", "-0", "1e5", " padded ", "", '"', '""', "a,b", "a\tb", "a;b", "a|b",
-    "line\nbreak", "cr\r\nlf", "caf\u00e9", "\u201ccurly\u201d", "\u20ac5", "\u65e5\u672c",
+    "line\nbreak", "cr\r\nlf", "ls\u2028ps\u2029nel\x85", "caf\u00e9", "\u201ccurly\u201d", "\u20ac5", "\u65e5\u672c",
 ]  # fmt: skip
 SPECIAL = ',\t;|"\r\n'
 
@@ -172,8 +172,8 @@ JSON_NUMBER = st.from_regex(
 
 
 @SETTINGS
-@given(table=tables(), keep_nulls=st.booleans(), as_list=st.booleans())
-def test_json_text_and_nulls_come_back_exactly(tmp_path, table, keep_nulls, as_list):
+@given(table=tables(), keep_nulls=st.booleans(), as_list=st.booleans(), ascii=st.booleans())
+def test_json_text_and_nulls_come_back_exactly(tmp_path, table, keep_nulls, as_list, ascii):
     names, rows = table
     assume(rows or as_list is False)
     records = [
@@ -182,7 +182,10 @@ def test_json_text_and_nulls_come_back_exactly(tmp_path, table, keep_nulls, as_l
     ]
     assume(all(records) and set(names) == {k for r in records for k in r})
     path = tmp_path / ("t.json" if as_list else "t.jsonl")
-    text = json.dumps(records) if as_list else "".join(json.dumps(r) + "\n" for r in records)
+    if as_list:
+        text = json.dumps(records, ensure_ascii=ascii, indent=1)
+    else:
+        text = "".join(json.dumps(r, ensure_ascii=ascii) + "\n" for r in records)
     path.write_text(text, encoding="utf-8")
     loaded = load_table(path)
     assert sorted(loaded.column_names) == sorted(names)
@@ -199,6 +202,12 @@ def test_json_numbers_booleans_and_nested_values_keep_their_text(tmp_path, numbe
     row = load_table(tmp_path / "t.ndjson").to_pylist()[0]
     compact = '{"xs":[' + ",".join(nested) + '],"k":{"t":true,"n":null}}'
     assert row == {"n": number, "b": "true" if flag else "false", "o": compact, "nan": "NaN"}
+
+
+def test_json_lines_split_only_at_newlines(tmp_path):
+    text = "ls\u2028ps\u2029nel\x85"
+    (tmp_path / "t.jsonl").write_text(json.dumps({"a": text}, ensure_ascii=False) + "\r\n")
+    assert load_table(tmp_path / "t.jsonl").to_pylist() == [{"a": text}]
 
 
 @SETTINGS
@@ -288,6 +297,10 @@ def test_json_line_that_is_not_an_object(tmp_path):
     one_line_error(tmp_path / "t.jsonl", "line 3", "expected a JSON object, got a list")
     (tmp_path / "u.jsonl").write_text('{"a": 1}\n{"a": \n')
     one_line_error(tmp_path / "u.jsonl", "line 2", "invalid JSON")
+    (tmp_path / "v.jsonl").write_text('{"a": 1}\n{"a": 2}, {"a": 3}\n')
+    one_line_error(
+        tmp_path / "v.jsonl", "line 2, column 9: invalid JSON", "one JSON object per line"
+    )
 
 
 def test_glob_files_with_different_columns(tmp_path):
