@@ -354,22 +354,22 @@ def _records(path: Path, text: str) -> tuple[list, list[str]]:
     raise AssertionError("unreachable: every line decodes but the lines together do not")
 
 
-def _text_column(values: list) -> pa.Array:
-    try:
-        return pa.array(values, pa.string())  # fast path: only text and nulls
-    except (pa.ArrowTypeError, pa.ArrowInvalid):
-        return pa.array([_cell(v) for v in values], pa.string())
-
-
 def _read_json(path: Path, text: str) -> pa.Table:
     records, where = _records(path, text)
+    shapes = {}
     for number, record in enumerate(records):
-        if not isinstance(record, dict):
+        if type(record) is not dict:
             got = type(record).__name__.replace("_RawNumber", "number")
             raise InputError(f"{path}: {where[number]}: expected a JSON object, got a {got}")
-    names = list(dict.fromkeys(k for record in records for k in record))
+        shapes.setdefault(tuple(record), None)
+    names = list(dict.fromkeys(k for shape in shapes for k in shape))
     _check_names(path, names)
-    return pa.table({k: _text_column([r.get(k) for r in records]) for k in names})
+    struct = pa.struct([(k, pa.string()) for k in names])
+    try:  # fast path: only text and nulls; a missing key is a null
+        return pa.Table.from_struct_array(pa.array(records, struct))
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        cells = [{k: _cell(v) for k, v in record.items()} for record in records]
+        return pa.Table.from_struct_array(pa.array(cells, struct))
 
 
 # --- Parquet and globs --------------------------------------------------------------------

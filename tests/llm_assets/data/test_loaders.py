@@ -174,7 +174,7 @@ def test_load_amazon_missing_column(tmp_path):
 def test_load_amazon_bad_line(tmp_path):
     reviews_path = tmp_path / "r.jsonl"
     reviews_path.write_text('{"asin": "B1"}\nnot json\n')
-    with pytest.raises(ValueError, match=r"r\.jsonl: line 2: invalid JSON"):
+    with pytest.raises(ValueError, match=r"r\.jsonl: line 2, column 1: invalid JSON"):
         load_amazon(reviews_path, reviews_path)
 
 
