@@ -103,39 +103,37 @@ def _format_of(path: Path, format: str | None) -> str:
     )
 
 
-def _read_one(path: Path, format: str | None, encoding: str | None, delimiter: str | None):
+def _read_one(
+    path: Path, format: str | None, encoding: str | None, delimiter: str | None
+) -> pa.Table:
     kind = _format_of(path, format)
     if kind == "parquet":
-        table = _read_parquet(path)
-    else:
-        data = path.read_bytes()
-        if data[:2] == b"\x1f\x8b":
-            try:
-                data = gzip.decompress(data)
-            except (OSError, EOFError) as error:
-                raise InputError(f"{path}: not a readable gzip file ({error})") from None
-        text = _decode(path, data, encoding, kind, delimiter)
-        if not text.strip():
-            raise InputError(f"{path}: the file is empty (expected a header row or records)")
-        if kind in ("csv", "tsv"):
-            if delimiter is None and kind == "tsv":
-                delimiter = "\t"
-            table = _read_delimited(path, text, delimiter or _sniff_delimiter(text))
-        else:
-            table = _read_json(path, text)
-    _check_names(path, table.column_names)
-    return table
+        return _read_parquet(path)
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as error:
+            raise InputError(f"{path}: not a readable gzip file ({error})") from None
+    text = _decode(path, data, encoding, kind, delimiter)
+    if not text.strip():
+        raise InputError(f"{path}: the file is empty (expected a header row or records)")
+    if kind == "tsv" and delimiter is None:
+        delimiter = "\t"
+    if kind in ("csv", "tsv"):
+        return _read_delimited(path, text, delimiter or _sniff_delimiter(text))
+    return _read_json(path, text)
 
 
 # --- encodings ----------------------------------------------------------------------------
 
 
 def _decode(path: Path, data: bytes, encoding: str | None, kind: str, delimiter: str | None):
-    """The file's text: `encoding` when given, else UTF-8 (a BOM is dropped), else cp1252."""
+    """The file's text: `encoding` when given, else UTF-8, else cp1252; a BOM is dropped."""
     tried = [encoding] if encoding else ["utf-8-sig", "cp1252"]
     for name in tried:
         try:
-            return data.decode(name)
+            return data.decode(name).removeprefix("\ufeff")
         except LookupError:
             raise InputError(f"unknown encoding {name!r} for {path}") from None
         except UnicodeDecodeError as error:
@@ -222,7 +220,7 @@ def _sample_rows(sample: str, delimiter: str, complete: bool) -> list[list[str]]
 
 def _read_delimited(path: Path, text: str, delimiter: str) -> pa.Table:
     header = _first_row(text, delimiter)
-    _check_names(path, header)
+    _check_names(path, header, "line 1, column {}")
     data = text.encode("utf-8")
     if not data.endswith(b"\n"):
         data += b"\n"
@@ -269,19 +267,20 @@ def _delimited_problem(path: Path, text: str, delimiter: str, header: list[str],
     return f"{path}: cannot parse: {first}; {hint}"
 
 
-def _check_names(path: Path, names: Sequence[str]) -> None:
+def _check_names(path: Path, names: Sequence[str], place: str) -> None:
+    """Every column has a non-blank, unique name; `place` ('line 1, column {}') locates one."""
     if not names:
         raise InputError(f"{path}: no columns (expected a header row or records)")
     seen: dict[str, int] = {}
     for number, name in enumerate(names, start=1):
         if not str(name).strip():
             raise InputError(
-                f"{path}: line 1, column {number} has an empty name; every column needs a name"
+                f"{path}: {place.format(number)} has an empty name; every column needs a name"
             )
         if name in seen:
             raise InputError(
-                f"{path}: line 1: column name {name!r} appears twice (columns {seen[name]} and "
-                f"{number}); column names must be unique"
+                f"{path}: {place.format(number)}: column name {name!r} appears twice (also "
+                f"column {seen[name]}); column names must be unique"
             )
         seen[name] = number
 
@@ -363,7 +362,7 @@ def _read_json(path: Path, text: str) -> pa.Table:
             raise InputError(f"{path}: {where[number]}: expected a JSON object, got a {got}")
         shapes.setdefault(tuple(record), None)
     names = list(dict.fromkeys(k for shape in shapes for k in shape))
-    _check_names(path, names)
+    _check_names(path, names, "column {}")
     struct = pa.struct([(k, pa.string()) for k in names])
     try:  # fast path: only text and nulls; a missing key is a null
         return pa.Table.from_struct_array(pa.array(records, struct))
@@ -379,10 +378,12 @@ def _read_parquet(path: Path) -> pa.Table:
     import pyarrow.parquet as pq
 
     try:
-        return pq.read_table(path)
+        table = pq.read_table(path)
     except (pa.ArrowException, OSError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise InputError(f"{path}: not a readable Parquet file ({first})") from None
+    _check_names(path, table.column_names, "column {}")
+    return table
 
 
 def _concat(tables: list[tuple[Path, pa.Table]]) -> pa.Table:

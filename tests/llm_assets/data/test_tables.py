@@ -19,7 +19,8 @@ SETTINGS = settings(
 TRICKY = [
     "007", "0042", "TRUE", "true", "False", "1.50", "12345678901234567891", "NaN", "None",
     "null", "NA", "N/A", "-0", "1e5", " padded ", "", '"', '""', "a,b", "a\tb", "a;b", "a|b",
-    "line\nbreak", "cr\r\nlf", "ls\u2028ps\u2029nel\x85", "caf\u00e9", "\u201ccurly\u201d", "\u20ac5", "\u65e5\u672c",
+    "line\nbreak", "cr\r\nlf", "ls\u2028ps\u2029nel\x85", "caf\u00e9", "\u201ccurly\u201d",
+    "\u20ac5", "\u65e5\u672c",
 ]  # fmt: skip
 SPECIAL = ',\t;|"\r\n'
 
@@ -265,7 +266,7 @@ def test_empty_file(tmp_path):
 
 def test_duplicate_column_names(tmp_path):
     (tmp_path / "t.csv").write_text("id,review,id\n1,a,2\n")
-    one_line_error(tmp_path / "t.csv", "line 1", "'id' appears twice", "columns 1 and 3")
+    one_line_error(tmp_path / "t.csv", "line 1, column 3", "'id' appears twice", "also column 1")
 
 
 def test_empty_column_name(tmp_path):
@@ -290,6 +291,18 @@ def test_bytes_neither_utf8_nor_cp1252(tmp_path):
     one_line_error(tmp_path / "t.tsv", r"line 2, column 2 \('b'\)", "0x81", "encoding=")
     (tmp_path / "u.tsv").write_bytes(b"a\tb\nx\ty\n\x8dx\ty\n")
     one_line_error(tmp_path / "u.tsv", r"line 3, column 1 \('a'\)", "0x8d")
+
+
+def test_empty_json_key_and_unreadable_parquet(tmp_path):
+    (tmp_path / "t.jsonl").write_text('{"a": 1}\n{"": 2}\n')
+    one_line_error(tmp_path / "t.jsonl", "column 2 has an empty name")
+    (tmp_path / "t.parquet").write_text("not parquet")
+    one_line_error(tmp_path / "t.parquet", "not a readable Parquet file")
+
+
+def test_a_bom_is_dropped_under_an_explicit_encoding_too(tmp_path):
+    (tmp_path / "t.csv").write_bytes("\ufeffid,x\n1,2\n".encode("utf-8"))
+    assert load_table(tmp_path / "t.csv", encoding="utf-8").column_names == ["id", "x"]
 
 
 def test_json_line_that_is_not_an_object(tmp_path):
