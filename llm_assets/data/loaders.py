@@ -1,10 +1,10 @@
 """Loaders for real public files, returning the same table and column names as the synthetic
 generators (`movies`, `products`, `squad`).
 
-Common rules: extra columns are kept; a missing required column raises ValueError naming the
-column and the file and listing the columns found; missing values in required text columns
-become '' (an LLM prompt needs a string); `review_id` is added as 0..n-1 in file order when
-the file has none. Files are read whole (pandas); `.gz` files are decompressed on the fly.
+Common rules: every file is read through `llm_assets.data.tables.load_table` (text columns
+exactly as written, nulls stay null so `null_policy` can see them); extra columns are kept; a
+missing required column raises ValueError naming the column and the file and listing the
+columns found; `review_id` is added as 0..n-1 in file order when the file has none.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from llm_assets.data import tables
+
 MOVIE_COLUMNS = ("rotten_tomatoes_link", "movie_title", "movie_info")
 REVIEW_COLUMNS = ("rotten_tomatoes_link", "review_content", "review_type")
 AMAZON_REVIEW_COLUMNS = ("asin", "reviewText", "verified", "overall")
 SQUAD_COLUMNS = ("id", "title", "context", "question", "answers", "is_impossible")
 PLACEHOLDER_FRESH_SHARE = 10_461 / 15_008
 """Share of placeholder 'Fresh' labels `load_movies_joined` assigns (the paper's share)."""
-
-_TABLE_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".parquet", ".pq")
 
 
 def require_columns(frame: pd.DataFrame, required: Iterable[str], source: str | Path) -> None:
@@ -37,9 +37,9 @@ def require_columns(frame: pd.DataFrame, required: Iterable[str], source: str | 
         )
 
 
-def _fill_text(frame: pd.DataFrame, columns: Iterable[str]) -> None:
-    for c in columns:
-        frame[c] = frame[c].fillna("").astype(str)
+def _frame(path: str | Path) -> pd.DataFrame:
+    """The file as a DataFrame through the one loader (text as written, nulls as None)."""
+    return tables.load_table(path).to_pandas()
 
 
 def _with_review_id(frame: pd.DataFrame) -> pd.DataFrame:
@@ -62,12 +62,10 @@ def load_rotten_tomatoes(
     per rotten_tomatoes_link. Reviews whose link is not a movie are kept (an inner join drops
     them).
     """
-    movie_frame = pd.read_csv(movies_csv)
+    movie_frame = _frame(movies_csv)
     require_columns(movie_frame, MOVIE_COLUMNS, movies_csv)
-    review_frame = pd.read_csv(reviews_csv)
+    review_frame = _frame(reviews_csv)
     require_columns(review_frame, REVIEW_COLUMNS, reviews_csv)
-    _fill_text(movie_frame, MOVIE_COLUMNS)
-    _fill_text(review_frame, REVIEW_COLUMNS)
     movie_frame = movie_frame.drop_duplicates("rotten_tomatoes_link").reset_index(drop=True)
     return {"reviews": _with_review_id(review_frame), "movies": movie_frame}
 
@@ -91,11 +89,11 @@ def load_movies_joined(csv: str | Path) -> dict[str, pd.DataFrame]:
     review_type, review_id and any other column (e.g. `id`). When the file has no
     review_type, it is a PLACEHOLDER: `placeholder_review_type(link, content)` per row
     (deterministic, ~69.7% 'Fresh', identical rows get identical labels), and
-    `reviews.attrs["placeholder_columns"]` is `["review_type"]`.
+    `reviews.attrs["placeholder_columns"]` is `["review_type"]` (a null link or content hashes
+    as '').
     """
-    frame = load_table(csv)
+    frame = _frame(csv)
     require_columns(frame, ("rotten_tomatoes_link", "review_content", *MOVIE_COLUMNS[1:]), csv)
-    _fill_text(frame, ("rotten_tomatoes_link", "review_content", *MOVIE_COLUMNS[1:]))
     movie_frame = (
         frame[list(MOVIE_COLUMNS)].drop_duplicates("rotten_tomatoes_link").reset_index(drop=True)
     )
@@ -103,13 +101,11 @@ def load_movies_joined(csv: str | Path) -> dict[str, pd.DataFrame]:
     placeholder = "review_type" not in reviews.columns
     if placeholder:
         reviews["review_type"] = [
-            placeholder_review_type(link, content)
+            placeholder_review_type(link or "", content or "")
             for link, content in zip(
                 reviews["rotten_tomatoes_link"], reviews["review_content"], strict=True
             )
         ]
-    else:
-        _fill_text(reviews, ["review_type"])
     reviews = _with_review_id(reviews)
     first = ["rotten_tomatoes_link", "review_content", "review_type", "review_id"]
     reviews = reviews[first + [c for c in reviews.columns if c not in first]]
@@ -123,7 +119,8 @@ def load_movies_joined(csv: str | Path) -> dict[str, pd.DataFrame]:
 def read_json_lines(path: str | Path) -> Iterator[dict]:
     """Records of a JSON-lines file, gzipped or not (detected from the content). Lines that
     are Python dict literals (the 2014 Amazon metadata dumps) are accepted too; blank lines
-    are skipped."""
+    are skipped. Only for the Amazon metadata, whose description lists need their structure;
+    every other file goes through `tables.load_table`."""
     with open(path, "rb") as probe:
         gzipped = probe.read(2) == b"\x1f\x8b"
     opener = gzip.open if gzipped else open
@@ -156,6 +153,8 @@ def _join_text(value: object) -> str:
 
 
 def _style_format(style: object) -> str | None:
+    if isinstance(style, str) and style.startswith("{"):
+        style = json.loads(style)  # the loader keeps nested values as JSON text
     if isinstance(style, dict):
         value = style.get("Format:", style.get("Format"))
         return None if value is None else str(value).strip()
@@ -175,15 +174,14 @@ def load_amazon(reviews_jsonl: str | Path, metadata_jsonl: str | Path) -> dict[s
     """Amazon review data (JSON lines, optionally gzipped) as `{"reviews": ..., "metadata":
     ...}`.
 
-    reviews: asin, reviewText ('' when absent), verified (bool), overall (int 1..5), review_id
+    reviews: asin, reviewText (null when absent), verified (bool), overall (int 1..5), review_id
     (0..n-1 in file order) and the other fields. metadata: asin (first record per asin),
     description (a list of strings is joined by spaces), Format (from a `Format` or `format`
     field; when the metadata has neither, the most common `style["Format:"]` of the asin's
     reviews, '' if none) and the other fields.
     """
-    reviews = pd.DataFrame.from_records(list(read_json_lines(reviews_jsonl)))
+    reviews = _frame(reviews_jsonl)
     require_columns(reviews, AMAZON_REVIEW_COLUMNS, reviews_jsonl)
-    _fill_text(reviews, ["asin", "reviewText"])
     reviews["verified"] = _to_bool(reviews["verified"])
     overall = pd.to_numeric(reviews["overall"], errors="coerce")
     if overall.isna().any():
@@ -255,9 +253,8 @@ def load_squad_csv(path: str | Path) -> dict[str, pd.DataFrame]:
     """A flattened SQuAD CSV or Parquet file (one row per question, e.g.
     `shared/data/squad_v2_dev_half.csv`) as `{"squad": ...}`; is_impossible becomes bool
     (strings 'True'/'False' accepted), answers stays the file's text (missing: '[]')."""
-    frame = load_table(path)
+    frame = _frame(path)
     require_columns(frame, SQUAD_COLUMNS, path)
-    _fill_text(frame, ("id", "title", "context", "question"))
     frame["answers"] = frame["answers"].fillna("[]").astype(str)
     frame["is_impossible"] = _to_bool(frame["is_impossible"])
     return {"squad": frame}
@@ -267,18 +264,9 @@ def load_squad_csv(path: str | Path) -> dict[str, pd.DataFrame]:
 
 
 def load_table(path: str | Path, column_mapping: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """A CSV (`.csv`, `.csv.gz`, `.tsv`) or Parquet (`.parquet`, `.pq`) file as a DataFrame,
-    with columns renamed by `column_mapping` (file name -> our name). Every key of the mapping
-    must be a column of the file."""
-    name = str(path).lower()
-    if name.endswith((".parquet", ".pq")):
-        frame = pd.read_parquet(path)
-    elif name.endswith(".tsv"):
-        frame = pd.read_csv(path, sep="\t")
-    elif name.endswith((".csv", ".csv.gz")):
-        frame = pd.read_csv(path)
-    else:
-        raise ValueError(f"{path}: unknown table format; expected one of {list(_TABLE_SUFFIXES)}")
+    """`tables.load_table(path)` as a DataFrame, with columns renamed by `column_mapping` (file
+    name -> our name). Every key of the mapping must be a column of the file."""
+    frame = _frame(path)
     if column_mapping:
         require_columns(frame, column_mapping.keys(), path)
         frame = frame.rename(columns=dict(column_mapping))

@@ -75,7 +75,7 @@ def predicate_only_columns(query: LLMQuery) -> dict[str, list[str]]:
 def _typed_view(name: str, raw: str, table: pa.Table, columns: Sequence[str]) -> str:
     """`CREATE VIEW name AS SELECT * REPLACE (TRY_CAST(c AS T) AS c, ...) FROM raw` for the
     text columns whose values all read as a DuckDB type (built from the AST)."""
-    from llm_assets.data.tables import predicate_types
+    from llm_assets.data.sql_types import predicate_types
 
     text = [c for c in columns if c in table.column_names]
     types = {c: t for c, t in predicate_types(table, text).items() if t != "VARCHAR"}
