@@ -142,7 +142,7 @@ def test_prompts_carry_the_cells_as_written(reviews, home):
     prompts = "\n".join(run.stages[0].plan["prompt"])
     for text in (
         "id: 007",
-        "id: 0042",
+        "id: 010",
         "id: 12345678901234567891",
         "fresh: TRUE",
         "review: NaN",
