@@ -23,7 +23,7 @@ import pytest
 
 from llm_assets.output_spec import OutputSpec
 from resources.engine import Request
-from resources.openai_engine import STRUCTURED_OUTPUT_STYLES, OpenAIEngine
+from resources.openai_engine import SERVER_STYLES, OpenAIEngine
 
 SECRET = "sk-test-DO-NOT-LEAK-7f3a9c"
 
@@ -168,7 +168,7 @@ def test_body_styles_and_chat() -> None:
 def test_constructor_errors_name_the_value_and_the_choices() -> None:
     with pytest.raises(
         ValueError,
-        match=r"'xml'.*" + re.escape(str(STRUCTURED_OUTPUT_STYLES)),
+        match=r"'xml'.*" + re.escape(str(SERVER_STYLES)),
     ):
         OpenAIEngine("http://h/v1", "m", structured_output_style="xml")
     with pytest.raises(ValueError, match="max_concurrency must be >= 1, got 0"):
@@ -284,7 +284,7 @@ def test_connection_refused_is_an_error_row() -> None:
     assert all("connection error" in (r.error or "") for r in result.responses)
 
 
-def test_missing_cached_tokens_count_zero_and_warn_once(caplog: pytest.LogCaptureFixture) -> None:
+def test_missing_cached_tokens_are_unknown_and_warn_once(caplog: pytest.LogCaptureFixture) -> None:
     def script(seen: list[Seen], req: Seen) -> Answer:
         return Answer(body=completion(cached=None))
 
@@ -294,8 +294,13 @@ def test_missing_cached_tokens_count_zero_and_warn_once(caplog: pytest.LogCaptur
         result = engine.run("q", reqs(5))
         engine.run("q2", reqs(3))
     assert result.stats.cached_tokens == 0 and result.stats.prompt_tokens == 50
+    assert result.stats.cached_tokens_unknown == 5 and not result.stats.cached_tokens_reported
+    assert not any(r.cached_tokens_known for r in result.responses)
     warnings = [r for r in caplog.records if "cached_tokens" in r.getMessage()]
     assert len(warnings) == 1
+    # the advice fits the server: a scripted server without /props is taken for vLLM
+    assert "--enable-prompt-tokens-details" in warnings[0].getMessage()
+    assert "unknown" in warnings[0].getMessage()
 
 
 # -- the API key never leaks --------------------------------------------------------------------
