@@ -55,7 +55,6 @@ import math
 import random
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -64,7 +63,7 @@ from typing import Any
 import httpx
 
 from resources.engine import LLMEngine, Request, Response, RunResult
-from resources.openai_lanes import GROUP_MIN_CHARS, Lane, plan_lanes
+from resources.openai_lanes import GROUP_MIN_CHARS, plan_lanes, serve_lanes
 from resources.openai_probe import ServerInfo, probe_server
 from resources.openai_wire import (
     NO_CACHED_TOKENS_ADVICE,
@@ -165,7 +164,6 @@ class OpenAIEngine(LLMEngine):
         use_chat: bool = False,
         *,
         server_style: str = "auto",
-        structured_output_style: str | None = None,
         temperature: float = 0.0,
         initial_backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
@@ -186,9 +184,7 @@ class OpenAIEngine(LLMEngine):
             raise ValueError(
                 f"base_url must start with http:// or https://, got {self._redact(clean_url)!r}"
             )
-        style = STYLE_ALIASES.get(structured_output_style or server_style, server_style)
-        if structured_output_style is not None:
-            style = STYLE_ALIASES.get(structured_output_style, structured_output_style)
+        style = STYLE_ALIASES.get(server_style, server_style)
         checks = (
             ("max_concurrency", max_concurrency, max_concurrency >= 1, ">= 1"),
             ("timeout_s", timeout_s, timeout_s > 0, "> 0"),
@@ -339,10 +335,12 @@ class OpenAIEngine(LLMEngine):
                 status, headers_in = reply.status_code, reply.headers
                 reason = reply.reason_phrase
         except httpx.TimeoutException as exc:
-            raise RequestFailed(f"timed out ({type(exc).__name__})", retryable=True, dead=True)
+            raise RequestFailed(
+                f"timed out ({type(exc).__name__})", retryable=True, dead=True
+            ) from None
         except httpx.HTTPError as exc:
             message = self._redact(f"{type(exc).__name__}: {exc}")
-            raise RequestFailed(f"connection error: {message}", retryable=True, dead=True)
+            raise RequestFailed(f"connection error: {message}", retryable=True, dead=True) from None
         if status == 200:
             try:
                 parsed = json.loads(bytes(data))
@@ -514,8 +512,6 @@ class OpenAIEngine(LLMEngine):
             lanes = plan_lanes(
                 [r.prompt for r in requests], self.max_concurrency, self.prefix_affinity
             )
-            queue: deque[Lane] = deque(lanes)
-            ready = {lane.group: asyncio.Event() for lane in lanes}
             limits = httpx.Limits(
                 max_connections=self.max_concurrency,
                 max_keepalive_connections=self.max_concurrency,
@@ -524,44 +520,15 @@ class OpenAIEngine(LLMEngine):
                 timeout=httpx.Timeout(self.timeout_s), limits=limits, auth=self._auth()
             ) as client:
 
-                async def worker() -> None:
-                    while queue and state.stop_reason is None:
-                        lane = queue.popleft()
-                        if not lane.leads:
-                            await ready[lane.group].wait()
-                        for i in lane.indices:
-                            if state.stop_reason is not None:
-                                return
-                            in_flight.add(i)
-                            results[i] = await self._serve_one(
-                                client, requests[i], relquery_id, style, state, start
-                            )
-                            in_flight.discard(i)
-                            ready[lane.group].set()
-                            state.done += 1
-                            if self.progress is not None:
-                                self.progress(state.done, total)
-
-                workers = [
-                    asyncio.create_task(worker())
-                    for _ in range(min(self.max_concurrency, len(lanes)))
-                ]
-                watcher = asyncio.create_task(state.stopped.wait())
-                pending = set(workers)
-                while pending:
-                    done, pending = await asyncio.wait(
-                        pending | {watcher}, return_when=asyncio.FIRST_COMPLETED
+                async def serve(i: int) -> None:
+                    results[i] = await self._serve_one(
+                        client, requests[i], relquery_id, style, state, start
                     )
-                    if watcher in done:
-                        for task in pending:
-                            task.cancel()
-                        await asyncio.gather(*pending, return_exceptions=True)
-                        pending = set()
-                    pending.discard(watcher)
-                    for task in done:
-                        if task is not watcher and not task.cancelled() and task.exception():
-                            raise task.exception()  # a bug in this module, not a fault
-                watcher.cancel()
+                    state.done += 1
+                    if self.progress is not None:
+                        self.progress(state.done, total)
+
+                in_flight = await serve_lanes(lanes, serve, self.max_concurrency, state.stopped)
         reason = state.stop_reason
         final: list[Response] = []
         for i, r in enumerate(results):

@@ -13,17 +13,24 @@ description). `plan_lanes` turns the groups into lanes, each served in order by 
   until the group's first request was answered (its prefix is then in the server's cache);
 - `prefix_affinity=False` puts every request in its own lane (plain bounded concurrency).
 
+`serve_lanes(lanes, serve, workers, stopped)` runs them: `workers` asyncio tasks take lanes in
+order and await `serve(i)` for each index in turn; once `stopped` is set no new request
+starts and the requests in flight are cancelled (their indices are returned).
+
 >>> [(l.indices, l.group, l.leads) for l in plan_lanes(["ab", "cd"], 4, True)]
 [([0], 0, True), ([1], 1, True)]
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
+from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-__all__ = ["GROUP_MIN_CHARS", "Lane", "plan_lanes", "prefix_groups"]
+__all__ = ["GROUP_MIN_CHARS", "Lane", "plan_lanes", "prefix_groups", "serve_lanes"]
 
 GROUP_MIN_CHARS = 64
 """About one 16-token KV block of text: a shared prefix shorter than a block cannot give a
@@ -70,3 +77,49 @@ def plan_lanes(prompts: list[str], max_concurrency: int, prefix_affinity: bool) 
         for k in range(0, len(idx), cap):
             lanes.append(Lane(idx[k : k + cap], g, k == 0))
     return lanes
+
+
+async def serve_lanes(
+    lanes: list[Lane],
+    serve: Callable[[int], Awaitable[None]],
+    workers: int,
+    stopped: asyncio.Event,
+) -> set[int]:
+    """Serve every lane (see the module docstring); the indices cancelled in flight."""
+    queue = deque(lanes)
+    ready = {lane.group: asyncio.Event() for lane in lanes}
+    in_flight: set[int] = set()
+
+    async def worker() -> None:
+        while queue and not stopped.is_set():
+            lane = queue.popleft()
+            if not lane.leads:
+                await ready[lane.group].wait()
+            for i in lane.indices:
+                if stopped.is_set():
+                    return
+                in_flight.add(i)
+                await serve(i)
+                in_flight.discard(i)
+                ready[lane.group].set()
+
+    pending = {asyncio.create_task(worker()) for _ in range(min(workers, len(lanes)))}
+    watcher = asyncio.create_task(stopped.wait())
+    try:
+        while pending:
+            done, pending = await asyncio.wait(
+                pending | {watcher}, return_when=asyncio.FIRST_COMPLETED
+            )
+            if watcher in done:
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                pending = set()
+            pending.discard(watcher)
+            for task in done - {watcher}:
+                task.result()  # re-raises a bug in `serve`; faults never get here
+    finally:
+        watcher.cancel()
+        for task in pending:
+            task.cancel()
+    return in_flight

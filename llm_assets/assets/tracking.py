@@ -35,6 +35,9 @@ def log_llm_run(
     """Log one MLflow run for this materialization; return the Dagster metadata."""
     engine = engine_resource.engine
     costs = engine_costs(engine_resource, engine, stats)
+    unknown = stats.cached_tokens_unknown > 0
+    if unknown:  # no cached count: full-price hosted costs are only an upper bound
+        costs = {f"{k}_upper_bound": v for k, v in costs.items()}
     metrics = {
         "engine_time_s": stats.engine_time_s,
         "token_hit_rate": stats.token_hit_rate,
@@ -45,6 +48,8 @@ def log_llm_run(
         **extra,
         **costs,
     }
+    if unknown:  # the server did not report cached tokens: unknown, not 0%
+        del metrics["token_hit_rate"], metrics["cached_tokens"]
     params = {
         "query": spec.query_name,
         "group": spec.group,
@@ -62,6 +67,7 @@ def log_llm_run(
         "dagster_run_id": context.run_id,
         "asset_key": context.asset_key.to_user_string(),
         "engine": stats.engine,
+        "cached_tokens": "unknown" if unknown else "reported",
         **options.run_tags,
     }
     url = tracker.log_run(
@@ -77,6 +83,8 @@ def log_llm_run(
         for k, v in params.items()
         if k in ("method", "dedup", "pushdown", "prefix_cache", "engine", "model", "hardware")
     }
+    if unknown:
+        meta["token_hit_rate"] = meta["cached_tokens"] = "unknown (not reported by the server)"
     if url:
         meta["mlflow_run"] = url
     return meta

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from resources.faults import SMOKE_FAULTS, markdown_table, run_fault_matrix
+from benchmarks.lib.faults import SMOKE_FAULTS, markdown_table, run_fault_matrix
 
 
 def test_smoke_matrix_loses_nothing_and_a_kill_costs_at_most_one_chunk(tmp_path: Path) -> None:

@@ -151,13 +151,13 @@ def test_body_carries_model_limits_and_structured_outputs() -> None:
 
 def test_body_styles_and_chat() -> None:
     req = Request("a", "hello", output=OutputSpec.regex("[0-9]+"))
-    guided = OpenAIEngine("http://h/v1", "m", structured_output_style="guided").body(req)
+    guided = OpenAIEngine("http://h/v1", "m", server_style="guided").body(req)
     assert guided["guided_regex"] == "[0-9]+" and "structured_outputs" not in guided
     json_req = Request("b", "x", output=OutputSpec.json())
-    assert OpenAIEngine("http://h/v1", "m", structured_output_style="guided").body(json_req)[
+    assert OpenAIEngine("http://h/v1", "m", server_style="guided").body(json_req)[
         "response_format"
     ] == {"type": "json_object"}
-    plain = OpenAIEngine("http://h/v1", "m", structured_output_style="none").body(req)
+    plain = OpenAIEngine("http://h/v1", "m", server_style="none").body(req)
     assert not {"structured_outputs", "guided_regex"} & set(plain)
     chat = OpenAIEngine("http://h/v1", "m", use_chat=True)
     assert chat.body(req)["messages"] == [{"role": "user", "content": "hello"}]
@@ -170,7 +170,7 @@ def test_constructor_errors_name_the_value_and_the_choices() -> None:
         ValueError,
         match=r"'xml'.*" + re.escape(str(SERVER_STYLES)),
     ):
-        OpenAIEngine("http://h/v1", "m", structured_output_style="xml")
+        OpenAIEngine("http://h/v1", "m", server_style="xml")
     with pytest.raises(ValueError, match="max_concurrency must be >= 1, got 0"):
         OpenAIEngine("http://h/v1", "m", max_concurrency=0)
     with pytest.raises(ValueError, match="ftp://h"):

@@ -5,7 +5,7 @@ Each scenario starts the sim's HTTP server as a real subprocess
 synthetic movie-review query (`synthetic_requests`) through `OpenAIEngine` and
 `resources.runner.run_requests` with a persistent `ResponseCache` in a scratch folder, then
 reruns the same query against the same cache. The `kill9` scenario runs the client as a
-subprocess (`python -m resources.faults client ...`), kill -9s it once about half the chunks
+subprocess (`python -m benchmarks.lib.faults client ...`), kill -9s it once about half the chunks
 are committed, and reruns it to completion.
 
 Per scenario (`run_fault_matrix(...)["faults"][name]`):
@@ -19,6 +19,10 @@ Per scenario (`run_fault_matrix(...)["faults"][name]`):
 - `requests_resent_after_rerun`: requests the rerun sent that an earlier run had already sent
   (after kill -9: at most the chunk in flight; otherwise the failed rows retried);
 - `faults_injected`: the server's own count of each injected fault; `wall_s`.
+
+The hostile-server cases (`drip-feed`, `endless-body`, `malformed-200`, `wrong-key`,
+`dead-server`) run against `benchmarks.lib.hostile` servers instead, once, and add `bound_s`
+(see `benchmarks.lib.hostile_faults`).
 
 `python -m benchmarks.faults` is the command line; tests call `run_fault_matrix(smoke=True)`.
 """
@@ -44,6 +48,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks.lib.hostile_faults import HOSTILE_CASES, run_hostile_case
 from llm_assets.output_spec import OutputSpec
 from resources.engine import LLMEngine, Request, Response, RunResult
 from resources.openai_engine import OpenAIEngine
@@ -104,6 +109,8 @@ FAULT_MATRIX: tuple[FaultScenario, ...] = (
     ),
     FaultScenario("kill9", (), kill_client=True, description="client kill -9 halfway, rerun"),
 )
+FAULT_MATRIX += tuple(FaultScenario(name, description=what) for name, what in HOSTILE_CASES.items())
+"""The last five run against `benchmarks.lib.hostile_faults` servers, not the sim's."""
 SMOKE_FAULTS: tuple[str, ...] = ("none", "503", "hang", "drop", "malformed", "kill9")
 """The scenarios of `smoke=True` (the test suite's version)."""
 
@@ -128,6 +135,8 @@ class ClientSettings:
     """Requests per runner chunk (and cache commit)."""
     seed: int = 0
     """Seed of the synthetic rows and of the engine's backoff jitter."""
+    breaker_failures: int = 8
+    """Consecutive connection failures or timeouts that stop a run (the engine's default)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,6 +292,7 @@ def make_engine(
         initial_backoff_s=settings.initial_backoff_s,
         max_backoff_s=settings.max_backoff_s,
         request_deadline_s=settings.request_deadline_s,
+        breaker_failures=settings.breaker_failures,
         seed=settings.seed,
     )
 
@@ -345,8 +355,8 @@ def _row_counts(row_ids: Sequence[str], responses: Sequence[Response]) -> dict[s
 
 
 def client_main(argv: Sequence[str] | None = None) -> int:
-    """`python -m resources.faults client ...`: one client run; JSON events on stdout."""
-    p = argparse.ArgumentParser(prog="python -m resources.faults client")
+    """`python -m benchmarks.lib.faults client ...`: one client run; JSON events on stdout."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks.lib.faults client")
     p.add_argument("--base-url", required=True)
     p.add_argument("--rows", type=int, required=True)
     p.add_argument("--cache", required=True, help="response cache file")
@@ -414,7 +424,7 @@ def _kill_scenario(
     row_ids = [f"row-{i:05d}" for i in range(rows)]
     start = time.perf_counter()
     with SimServerProcess(scenario.server_flags, log_path=workdir / f"{scenario.name}.log") as srv:
-        cmd = [sys.executable, "-m", "resources.faults", "client", "--base-url", srv.base_url,
+        cmd = [sys.executable, "-m", "benchmarks.lib.faults", "client", "--base-url", srv.base_url,
                "--rows", str(rows), "--cache", str(cache_path), "--out", str(out_path),
                "--settings", json.dumps(asdict(settings))]  # fmt: skip
         first = _spawn_client(cmd, workdir / "kill9-first.err", kill_at_half=True)
@@ -501,7 +511,9 @@ def run_fault_matrix(
         for name in names:
             scenario = known[name]
             log(f"fault {name}: {scenario.description} ({rows} rows)")
-            if scenario.kill_client:
+            if name in HOSTILE_CASES:
+                results[name] = run_hostile_case(name, rows, settings)
+            elif scenario.kill_client:
                 results[name] = _kill_scenario(scenario, rows, scratch, settings, log)
             else:
                 results[name] = _in_process_scenario(scenario, rows, scratch, settings)
@@ -543,7 +555,7 @@ def markdown_table(result: dict[str, Any]) -> str:
     """The matrix as a markdown table (one row per scenario)."""
     head = ("fault", "server flags", "rows_in", "answered", "skipped", "failed", "lost",
             "requests_sent", "resent_after_rerun", "http_calls", "faults injected",
-            "wall_s")  # fmt: skip
+            "wall_s", "bound_s")  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, r in result["faults"].items():
         flags = " ".join(result["scenarios"].get(name, {}).get("flags", [])) or "-"
@@ -552,7 +564,7 @@ def markdown_table(result: dict[str, Any]) -> str:
         injected = ", ".join(f"{k}={v}" for k, v in r["faults_injected"].items() if v) or "-"
         cells = (name, f"`{flags}`", r["rows_in"], r["answered"], r["skipped"], r["failed"],
                  r["lost"], r["requests_sent"], r["requests_resent_after_rerun"],
-                 r["http_calls"], injected, r["wall_s"])  # fmt: skip
+                 r["http_calls"], injected, r["wall_s"], r.get("bound_s") or "-")  # fmt: skip
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -561,7 +573,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["client"]:
         return client_main(argv[1:])
-    raise SystemExit("usage: python -m resources.faults client ... (see benchmarks.faults)")
+    raise SystemExit("usage: python -m benchmarks.lib.faults client ... (see benchmarks.faults)")
 
 
 if __name__ == "__main__":
