@@ -2,7 +2,7 @@
 
 `probe_server(base_url, ...)` asks `GET {base_url}/models` and `GET {root}/props` (root =
 the URL without its trailing `/v1`), each once and within `timeout_s` of wall-clock time
-(body included), and never raises:
+(body included; `/props` is skipped when `/models` got no reply), and never raises:
 
 - `auth_error`: set when `/models` answers 401 or 403 (the key is wrong: nothing should be
   sent), with the server's message redacted;
@@ -70,6 +70,8 @@ async def probe_server(
         if models is not None and models[0] in (401, 403):
             message = redact(error_message(models[2], "unauthorized"))
             return ServerInfo(auth_error=f"HTTP {models[0]} from GET /models: {message}")
+        if models is None:  # no reply at all: do not wait for a dead server twice
+            return ServerInfo()
         props = await _get(client, f"{base_url.removesuffix('/v1')}/props", timeout_s)
     style, window = None, None
     if props is not None and props[0] == 200 and isinstance(props[1], dict):
