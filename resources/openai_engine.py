@@ -49,7 +49,6 @@ sim's server) as an `LLMEngine`.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import random
@@ -57,7 +56,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -65,15 +63,12 @@ import httpx
 from resources.engine import LLMEngine, Request, Response, RunResult
 from resources.openai_lanes import GROUP_MIN_CHARS, plan_lanes, serve_lanes
 from resources.openai_probe import ServerInfo, probe_server
+from resources.openai_request import RequestFailed, RunState, failed_response, serve_request
 from resources.openai_wire import (
     NO_CACHED_TOKENS_ADVICE,
     SERVER_STYLES,
     STYLE_ALIASES,
-    MalformedReply,
     Redactor,
-    completion_from_reply,
-    error_message,
-    retry_after_s,
     split_url_credentials,
     structured_fields,
 )
@@ -83,31 +78,9 @@ __all__ = ["GROUP_MIN_CHARS", "SERVER_STYLES", "OpenAIEngine", "RequestFailed"]
 
 log = logging.getLogger(__name__)
 
-RETRY_STATUSES = frozenset({408, 409, 429})
-STOP_STATUSES = frozenset({401, 403})
 RELQUERY_HEADER = "X-Relquery-Id"
 
 ProgressCallback = Callable[[int, int], None]
-
-
-class RequestFailed(Exception):
-    """One attempt failed. `retryable`: another attempt may succeed; `dead`: the server gave
-    no HTTP reply (counts toward the circuit breaker); `stop`: nothing more should be sent."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        retryable: bool,
-        dead: bool = False,
-        stop: bool = False,
-        retry_after_s: float | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-        self.dead = dead
-        self.stop = stop
-        self.retry_after_s = retry_after_s
 
 
 class _Secret:
@@ -128,22 +101,6 @@ class _Secret:
 
     def __format__(self, spec: str) -> str:
         return "***"
-
-
-@dataclass
-class _RunState:
-    """What the workers of one `run` share (one event loop, so no locks)."""
-
-    total: int
-    stopped: asyncio.Event
-    stop_reason: str | None = None
-    consecutive_dead: int = 0
-    done: int = 0
-
-    def stop(self, reason: str) -> None:
-        if self.stop_reason is None:
-            self.stop_reason = reason
-            self.stopped.set()
 
 
 class OpenAIEngine(LLMEngine):
@@ -318,146 +275,7 @@ class OpenAIEngine(LLMEngine):
         base = min(self.max_backoff_s, self.initial_backoff_s * (2**attempt))
         return base * (0.5 + 0.5 * self._rng.random())
 
-    async def _attempt(
-        self, client: httpx.AsyncClient, body: dict[str, Any], request_id: str, headers: dict
-    ) -> Any:
-        """One POST, body read in full; the validated `Completion`, else `RequestFailed`."""
-        try:
-            async with client.stream("POST", self.endpoint, json=body, headers=headers) as reply:
-                data = bytearray()
-                async for chunk in reply.aiter_bytes():
-                    data += chunk
-                    if len(data) > self.max_reply_bytes:
-                        raise RequestFailed(
-                            f"reply body over max_reply_bytes={self.max_reply_bytes}",
-                            retryable=True,
-                        )
-                status, headers_in = reply.status_code, reply.headers
-                reason = reply.reason_phrase
-        except httpx.TimeoutException as exc:
-            raise RequestFailed(
-                f"timed out ({type(exc).__name__})", retryable=True, dead=True
-            ) from None
-        except httpx.HTTPError as exc:
-            message = self._redact(f"{type(exc).__name__}: {exc}")
-            raise RequestFailed(f"connection error: {message}", retryable=True, dead=True) from None
-        if status == 200:
-            try:
-                parsed = json.loads(bytes(data))
-            except ValueError:
-                shown = self._redact(bytes(data[:120]).decode("utf-8", "replace"))
-                raise RequestFailed(
-                    f"HTTP 200 with a body that is not JSON for request {request_id}: {shown!r}",
-                    retryable=True,
-                ) from None
-            try:
-                return completion_from_reply(parsed, chat=self.use_chat, request_id=request_id)
-            except MalformedReply as exc:
-                raise RequestFailed(
-                    f"HTTP 200 with a malformed completion: {self._redact(str(exc))}",
-                    retryable=True,
-                ) from None
-        message = self._redact(error_message(bytes(data), reason))
-        raise RequestFailed(
-            f"HTTP {status}: {message}",
-            retryable=status in RETRY_STATUSES or status >= 500,
-            stop=status in STOP_STATUSES,
-            retry_after_s=retry_after_s(headers_in.get("retry-after")),
-        )
-
     # -- one request ------------------------------------------------------------------------
-
-    async def _serve_one(
-        self,
-        client: httpx.AsyncClient,
-        request: Request,
-        relquery_id: str,
-        style: str,
-        state: _RunState,
-        start: float,
-    ) -> Response:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.request_deadline_s
-        body, headers = self.body(request, style), self._headers(relquery_id)
-        last, notes, tries, out_of_time = "not attempted", "", 0, False
-        for attempt in range(self.max_retries + 1):
-            budget = min(self.timeout_s, deadline - loop.time())
-            if budget <= 0:
-                out_of_time = True
-                break
-            tries += 1
-            try:
-                async with asyncio.timeout(budget):
-                    got = await self._attempt(client, body, request.id, headers)
-            except TimeoutError:
-                failure = RequestFailed(
-                    f"timed out after {budget:.3g}s (no complete reply; hard wall-clock deadline)",
-                    retryable=True,
-                    dead=True,
-                )
-            except RequestFailed as exc:
-                failure = exc
-            else:
-                state.consecutive_dead = 0
-                elapsed = time.perf_counter() - start
-                if got.cached_tokens is None:
-                    self._warn_no_cached_tokens(style)
-                return Response(
-                    request.id,
-                    got.text,
-                    got.prompt_tokens,
-                    got.cached_tokens or 0,
-                    got.output_tokens,
-                    elapsed,
-                    elapsed,
-                    cached_tokens_known=got.cached_tokens is not None,
-                )
-            last = str(failure)
-            self._count_failure(failure, state, last)
-            if state.stop_reason is not None or not failure.retryable:
-                break
-            if attempt == self.max_retries:
-                break
-            delay = self._backoff_s(attempt, failure.retry_after_s)
-            if failure.retry_after_s is not None and failure.retry_after_s > self.max_backoff_s:
-                notes = (
-                    f" (the server asked to wait Retry-After {failure.retry_after_s:g}s, above "
-                    f"max_backoff_s={self.max_backoff_s:g}s; waited {delay:g}s)"
-                )
-                log.warning("request %s: %s", request.id, notes.strip(" ()"))
-            if loop.time() + delay >= deadline:
-                out_of_time = True
-                break
-            log.info(
-                "request %s attempt %d/%d failed (%s); retrying in %.2fs",
-                request.id, attempt + 1, self.max_retries + 1, last, delay,
-            )  # fmt: skip
-            try:
-                await asyncio.wait_for(state.stopped.wait(), delay)
-                break  # the run stopped while this request waited
-            except TimeoutError:
-                pass
-        within = (
-            f" within the request deadline of {self.request_deadline_s:g}s" if out_of_time else ""
-        )
-        plural = "s" if tries != 1 else ""
-        error = f"failed after {tries} attempt{plural}{within}: {last}{notes}"
-        return _failed(request.id, error, start)
-
-    def _count_failure(self, failure: RequestFailed, state: _RunState, last: str) -> None:
-        if failure.stop:
-            state.stop(f"stopped after {last} (check the API key; it is not shown)")
-            return
-        if not failure.dead:
-            state.consecutive_dead = 0
-            return
-        state.consecutive_dead += 1
-        n = self.breaker_failures
-        if n and state.consecutive_dead >= n:
-            state.stop(
-                f"circuit breaker open after {n} consecutive connection failures or timeouts "
-                f"at {self.base_url} (last: {last})"
-            )
 
     def _warn_no_cached_tokens(self, style: str) -> None:
         if self._warned_no_cached:
@@ -503,7 +321,7 @@ class OpenAIEngine(LLMEngine):
         start: float,
     ) -> tuple[list[Response], str | None]:
         total = len(requests)
-        state = _RunState(total, asyncio.Event())
+        state = RunState(total, asyncio.Event())
         if info.auth_error is not None:
             state.stop(f"stopped before sending: {info.auth_error} (check the API key)")
         results: list[Response | None] = [None] * total
@@ -521,8 +339,8 @@ class OpenAIEngine(LLMEngine):
             ) as client:
 
                 async def serve(i: int) -> None:
-                    results[i] = await self._serve_one(
-                        client, requests[i], relquery_id, style, state, start
+                    results[i] = await serve_request(
+                        self, client, requests[i], relquery_id, style, state, start
                     )
                     state.done += 1
                     if self.progress is not None:
@@ -534,7 +352,7 @@ class OpenAIEngine(LLMEngine):
         for i, r in enumerate(results):
             if r is None:
                 where = "cancelled in flight" if i in in_flight else "not sent"
-                r = _failed(requests[i].id, f"{where}: {reason or 'the run ended'}", start)
+                r = failed_response(requests[i].id, f"{where}: {reason or 'the run ended'}", start)
             final.append(r)
         if reason is not None:
             log.error("relquery %s: %s", relquery_id, reason)
@@ -542,11 +360,6 @@ class OpenAIEngine(LLMEngine):
 
     def close(self) -> None:
         """Nothing to release between runs (each run opens and closes its own client)."""
-
-
-def _failed(request_id: str, error: str, start: float) -> Response:
-    elapsed = time.perf_counter() - start
-    return Response(request_id, "", 0, 0, 0, elapsed, elapsed, error=error)
 
 
 def _run_coroutine(make: Callable[[], Any]) -> Any:
