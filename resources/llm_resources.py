@@ -201,7 +201,9 @@ class OpenAIEngineResource(LLMEngineResource):
     """
 
     base_url: str | None = Field(
-        default=None, description="API base URL ending in /v1 (env LLM_ASSETS_OPENAI_BASE_URL)."
+        default=None,
+        repr=False,
+        description="API base URL ending in /v1 (env LLM_ASSETS_OPENAI_BASE_URL).",
     )
     model: str | None = Field(
         default=None, description="Model name the server serves (env LLM_ASSETS_OPENAI_MODEL)."
@@ -274,6 +276,8 @@ class OpenAIEngineResource(LLMEngineResource):
         return out
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        from resources.openai_wire import split_url_credentials
+
         run = context.run
         for key, entry in ((run.run_config or {}).get("resources") or {}).items() if run else ():
             config = entry.get("config") if isinstance(entry, dict) else None
@@ -282,6 +286,13 @@ class OpenAIEngineResource(LLMEngineResource):
                     f"resources.{key}.config.api_key is a literal key in run config, which "
                     "Dagster stores in its run database; give it as {env: VAR_NAME} "
                     "(dg.EnvVar in code) or set LLM_ASSETS_OPENAI_API_KEY"
+                )
+            url = config.get("base_url") if isinstance(config, dict) else None
+            if isinstance(url, str) and split_url_credentials(url)[1:] != (None, None):
+                raise ValueError(
+                    f"resources.{key}.config.base_url carries user:password@ in run config, "
+                    "which Dagster stores in its run database; give the URL as {env: VAR_NAME} "
+                    "or set LLM_ASSETS_OPENAI_BASE_URL"
                 )
         super().setup_for_execution(context)
 

@@ -97,3 +97,17 @@ def test_an_env_var_key_in_run_config_is_accepted(monkeypatch) -> None:
         result = dg.materialize([answers], resources={"llm_engine": resource}, run_config=config)
         posts = [s for s in srv.seen if s[0] == "POST"]
     assert result.success and posts[0][2]["authorization"] == f"Bearer {KEY}"
+
+
+def test_url_credentials_in_run_config_are_refused() -> None:
+    with server() as srv:
+        resource = OpenAIEngineResource(model="m")
+        url = srv.url.replace("http://", "http://alice:pw-5e1f0a9b77@")
+        config = {"resources": {"llm_engine": {"config": {"base_url": url, "model": "m"}}}}
+        result = dg.materialize(
+            [answers], resources={"llm_engine": resource}, run_config=config, raise_on_error=False
+        )
+        assert srv.calls == 0
+    failure = next(e for e in result.all_events if e.is_failure)
+    text = str(failure.event_specific_data)
+    assert "carries user:password@" in text and "pw-5e1f0a9b77" not in text
