@@ -49,9 +49,11 @@ sim's server) as an `LLMEngine`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import random
+import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -188,6 +190,7 @@ class OpenAIEngine(LLMEngine):
         self._warned_no_cached = False
         self._info: ServerInfo | None = None
         self._info_lock = threading.Lock()
+        self._ssl: ssl.SSLContext | None = None
 
     def __repr__(self) -> str:
         key = "'***'" if self._api_key is not None else "None"
@@ -238,6 +241,13 @@ class OpenAIEngine(LLMEngine):
         return (
             f"{self.base_url}/chat/completions" if self.use_chat else f"{self.base_url}/completions"
         )
+
+    def _tls(self) -> ssl.SSLContext:
+        """One TLS context per engine (loading the CA bundle costs ~70 ms; clients share it)."""
+        with self._info_lock:
+            if self._ssl is None:
+                self._ssl = httpx.create_ssl_context()
+            return self._ssl
 
     def _auth(self) -> httpx.BasicAuth | None:
         if self._basic is None:
@@ -330,17 +340,26 @@ class OpenAIEngine(LLMEngine):
             lanes = plan_lanes(
                 [r.prompt for r in requests], self.max_concurrency, self.prefix_affinity
             )
-            limits = httpx.Limits(
-                max_connections=self.max_concurrency,
-                max_keepalive_connections=self.max_concurrency,
-            )
-            async with httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout_s), limits=limits, auth=self._auth()
-            ) as client:
+            # one client of one connection per worker: a worker serves its lanes over one
+            # keep-alive connection (httpcore's shared pool scans every connection per request)
+            n_workers = min(self.max_concurrency, len(lanes))
+            limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+            clients = [
+                httpx.AsyncClient(
+                    timeout=httpx.Timeout(self.timeout_s),
+                    limits=limits,
+                    auth=self._auth(),
+                    verify=self._tls(),
+                )
+                for _ in range(n_workers)
+            ]
+            async with contextlib.AsyncExitStack() as stack:
+                for client in clients:
+                    await stack.enter_async_context(client)
 
-                async def serve(i: int) -> None:
+                async def serve(i: int, worker: int) -> None:
                     results[i] = await serve_request(
-                        self, client, requests[i], relquery_id, style, state, start
+                        self, clients[worker], requests[i], relquery_id, style, state, start
                     )
                     state.done += 1
                     if self.progress is not None:

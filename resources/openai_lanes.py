@@ -13,8 +13,8 @@ description). `plan_lanes` turns the groups into lanes, each served in order by 
   until the group's first request was answered (its prefix is then in the server's cache);
 - `prefix_affinity=False` puts every request in its own lane (plain bounded concurrency).
 
-`serve_lanes(lanes, serve, workers, stopped)` runs them: `workers` asyncio tasks take lanes in
-order and await `serve(i)` for each index in turn; once `stopped` is set no new request
+`serve_lanes(lanes, serve, workers, stopped)` runs them: `workers` asyncio tasks (numbered
+0..workers-1) take lanes in order and await `serve(i, worker)` for each index in turn; once `stopped` is set no new request
 starts and the requests in flight are cancelled (their indices are returned).
 
 >>> [(l.indices, l.group, l.leads) for l in plan_lanes(["ab", "cd"], 4, True)]
@@ -81,7 +81,7 @@ def plan_lanes(prompts: list[str], max_concurrency: int, prefix_affinity: bool) 
 
 async def serve_lanes(
     lanes: list[Lane],
-    serve: Callable[[int], Awaitable[None]],
+    serve: Callable[[int, int], Awaitable[None]],
     workers: int,
     stopped: asyncio.Event,
 ) -> set[int]:
@@ -90,7 +90,7 @@ async def serve_lanes(
     ready = {lane.group: asyncio.Event() for lane in lanes}
     in_flight: set[int] = set()
 
-    async def worker() -> None:
+    async def worker(w: int) -> None:
         while queue and not stopped.is_set():
             lane = queue.popleft()
             if not lane.leads:
@@ -99,11 +99,11 @@ async def serve_lanes(
                 if stopped.is_set():
                     return
                 in_flight.add(i)
-                await serve(i)
+                await serve(i, w)
                 in_flight.discard(i)
                 ready[lane.group].set()
 
-    pending = {asyncio.create_task(worker()) for _ in range(min(workers, len(lanes)))}
+    pending = {asyncio.create_task(worker(w)) for w in range(min(workers, len(lanes)))}
     watcher = asyncio.create_task(stopped.wait())
     try:
         while pending:
