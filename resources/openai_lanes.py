@@ -14,8 +14,9 @@ description). `plan_lanes` turns the groups into lanes, each served in order by 
 - `prefix_affinity=False` puts every request in its own lane (plain bounded concurrency).
 
 `serve_lanes(lanes, serve, workers, stopped)` runs them: `workers` asyncio tasks (numbered
-0..workers-1) take lanes in order and await `serve(i, worker)` for each index in turn; once `stopped` is set no new request
-starts and the requests in flight are cancelled (their indices are returned).
+0..workers-1) take lanes in order and await `serve(i, worker)` for each index in turn; once
+`stopped` is set no new request starts and the requests in flight are cancelled (their
+indices are returned).
 
 >>> [(l.indices, l.group, l.leads) for l in plan_lanes(["ab", "cd"], 4, True)]
 [([0], 0, True), ([1], 1, True)]
