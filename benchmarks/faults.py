@@ -1,10 +1,11 @@
 """Fault matrix benchmark: `python -m benchmarks.faults [--rows 2000] [--smoke] [--json PATH]`.
 
-A thin command line over `resources.faults.run_fault_matrix` (see its docstring for what each
+A thin command line over `benchmarks.lib.faults.run_fault_matrix` (see its docstring for what each
 scenario does and what each number means). Writes the JSON (default
 `benchmarks/results/faults.json`) and a markdown table beside it (`.md`); exits 1 when any
-scenario lost a row, a kill -9 rerun resent more than one chunk, or 10% 503 left a row
-unanswered.
+scenario lost a row, a kill -9 rerun resent more than one chunk, 10% 503 left a row
+unanswered, a hostile case (drip-feed, endless body, dead server) ran past its documented
+bound, or the wrong-key case sent more than `max_concurrency` requests.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from resources.faults import FAULT_MATRIX, markdown_table, run_fault_matrix
+from benchmarks.lib.faults import FAULT_MATRIX, markdown_table, run_fault_matrix
 
 DEFAULT_JSON = Path("benchmarks/results/faults.json")
 
@@ -26,6 +27,11 @@ def _acceptance(result: dict) -> list[str]:
     for name, row in result["faults"].items():
         if row["lost"] != 0:
             problems.append(f"{name}: lost {row['lost']} rows")
+        if row.get("bound_s") is not None and row["wall_s"] > row["bound_s"]:
+            problems.append(f"{name}: took {row['wall_s']} s > documented bound {row['bound_s']} s")
+    wrong = result["faults"].get("wrong-key")
+    if wrong is not None and wrong["requests_sent"] > result["settings"]["max_concurrency"]:
+        problems.append(f"wrong-key: sent {wrong['requests_sent']} requests (> a handful)")
     kill = result["faults"].get("kill9")
     if kill is not None and kill["requests_resent_after_rerun"] > chunk:
         problems.append(f"kill9: resent {kill['requests_resent_after_rerun']} > chunk {chunk}")

@@ -2,7 +2,9 @@
 
 Secrets and endpoints come through `dg.EnvVar` (read when a run starts, never at import):
 - vllm: LLM_ASSETS_VLLM_MODEL (weights path or model id);
-- openai: LLM_ASSETS_OPENAI_BASE_URL, LLM_ASSETS_OPENAI_MODEL, LLM_ASSETS_OPENAI_API_KEY.
+- openai: LLM_ASSETS_OPENAI_BASE_URL, LLM_ASSETS_OPENAI_MODEL, LLM_ASSETS_OPENAI_API_KEY
+  (optional: a keyless local server needs none) and LLM_ASSETS_OPENAI_<OPTION> for any
+  tuning option of `OpenAIEngineResource`, all read when a run starts.
 """
 
 import os
@@ -36,11 +38,9 @@ def engine_for(env: str) -> LLMEngineResource:
     if env == "vllm":
         return VLLMEngineResource(model=dg.EnvVar("LLM_ASSETS_VLLM_MODEL"))
     if env == "openai":
-        return OpenAIEngineResource(
-            base_url=dg.EnvVar("LLM_ASSETS_OPENAI_BASE_URL"),
-            model=dg.EnvVar("LLM_ASSETS_OPENAI_MODEL"),
-            api_key=dg.EnvVar("LLM_ASSETS_OPENAI_API_KEY"),
-        )
+        # every option (URL, model, key, tuning) falls back to LLM_ASSETS_OPENAI_<OPTION>
+        # when the run starts, so run config may set any one of them alone
+        return OpenAIEngineResource()
     return SimulatedEngineResource()
 
 

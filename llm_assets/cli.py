@@ -411,7 +411,7 @@ def summary(tracking_uri: str | None) -> None:
                 run.data.tags.get("asset_key", "?"),
                 f"{m.get('rows_to_llm', 0):,.0f}",
                 f"{m.get('n_requests', 0):,.0f}",
-                f"{m.get('token_hit_rate', 0):.1%}",
+                f"{m['token_hit_rate']:.1%}" if "token_hit_rate" in m else "unknown",
                 f"{m.get('engine_time_s', 0):,.1f}",
                 f"{m.get('cost_usd_self_hosted', 0):.4f}",
             ]

@@ -44,6 +44,8 @@ class Response:
     finish_s: float
     """Seconds from the run's start to this request's last output token."""
     error: str | None = None
+    cached_tokens_known: bool = True
+    """False when the server did not report cached tokens (`cached_tokens` is then 0)."""
 
     @property
     def ok(self) -> bool:
@@ -64,17 +66,28 @@ class RunStats:
     engine_time_s: float
     wall_time_s: float
     errors: int = 0
+    cached_tokens_unknown: int = 0
+    """Answered requests whose server did not report cached tokens (counted as 0 in
+    `cached_tokens`): when > 0, `token_hit_rate` is unknown, not 0."""
 
     @property
     def token_hit_rate(self) -> float:
         """Cached prompt tokens / prompt tokens (0.0 for an empty run)."""
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
+    @property
+    def cached_tokens_reported(self) -> bool:
+        """Whether every answered request's cached tokens were reported by the engine."""
+        return self.cached_tokens_unknown == 0
+
 
 @dataclass(frozen=True)
 class RunResult:
     responses: list[Response]
     stats: RunStats
+    stopped: str | None = None
+    """Set when the engine stopped before serving everything (bad credentials, a dead
+    server): the one-line reason; the runner then sends nothing more."""
 
 
 class LLMEngine(ABC):

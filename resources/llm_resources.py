@@ -10,12 +10,15 @@ Invariants:
   and `close()` releases it;
 - creating a resource never imports vLLM or loads a model (the vLLM model loads on its first
   `run`), so `dagster definitions validate` stays fast;
-- secrets come through `dg.EnvVar`: `OpenAIEngineResource(api_key=dg.EnvVar("OPENAI_API_KEY"))`.
-  Dagster records the variable's name, not its value, and the engine never logs the key.
+- secrets come through `dg.EnvVar`: `OpenAIEngineResource(api_key=dg.EnvVar("OPENAI_API_KEY"))`
+  (or the `LLM_ASSETS_OPENAI_API_KEY` variable, read when the run starts). Dagster records
+  the variable's name, not its value; a literal key in run config is refused; the engine
+  never logs the key.
 """
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -150,54 +153,154 @@ class VLLMEngineResource(LLMEngineResource):
         )
 
 
-class OpenAIEngineResource(LLMEngineResource):
-    """Any OpenAI-compatible server over HTTP (vLLM or SGLang server, hosted API, the sim's)."""
+OPENAI_ENV_PREFIX = "LLM_ASSETS_OPENAI_"
+"""Every option of `OpenAIEngineResource` left unset in config is read from
+`LLM_ASSETS_OPENAI_<OPTION>` (e.g. `LLM_ASSETS_OPENAI_MAX_CONCURRENCY`) when the run starts."""
 
-    base_url: str = Field(description="API base URL ending in /v1, e.g. http://127.0.0.1:8000/v1.")
-    model: str = Field(description="Model name the server serves (sent as `model`).")
+
+def _env_option(name: str, kind: type, raw: str):
+    var = OPENAI_ENV_PREFIX + name.upper()
+    if kind is bool:
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"{var}={raw!r} is not a boolean (expected true/false/1/0)")
+    try:
+        return kind(raw)
+    except ValueError:
+        kind_name = "an integer" if kind is int else "a number"
+        raise ValueError(f"{var}={raw!r} is not {kind_name}") from None
+
+
+_OPENAI_TUNING: dict[str, type] = {
+    "max_concurrency": int, "timeout_s": float, "request_deadline_s": float,
+    "max_retries": int, "breaker_failures": int, "server_style": str, "max_tokens": int,
+    "prefix_affinity": bool, "send_priority": bool, "use_chat": bool,
+    "send_relquery_header": bool,
+}  # fmt: skip
+"""Tuning options of `OpenAIEngineResource` and how their environment variables parse."""
+
+
+class OpenAIEngineResource(LLMEngineResource):
+    """Any OpenAI-compatible server over HTTP (vLLM, llama.cpp's llama-server, SGLang, a
+    hosted API, the sim's server).
+
+    Every option is optional in run config: one left unset is read from the environment
+    variable `LLM_ASSETS_OPENAI_<OPTION>` when the run starts, else takes the engine's default
+    (`resources.openai_engine`). So `llm_engine: {config: {max_concurrency: 4}}` needs no
+    `base_url` or `model` beside it. The key: `api_key=dg.EnvVar(...)` in code, else
+    `LLM_ASSETS_OPENAI_API_KEY` when set, else none (a keyless local server). A literal key
+    in run config is refused when the run starts (Dagster would store it in its run
+    database): give `{env: VAR}` instead.
+
+    Time bounds (hard, wall clock): an attempt ends within `timeout_s`, a request within
+    `request_deadline_s`; on a server that accepts connections and never answers, the step
+    stops after about ceil(breaker_failures / max_concurrency) x timeout_s; with the breaker
+    off (0), after at most ceil(requests / max_concurrency) x request_deadline_s.
+    """
+
+    base_url: str | None = Field(
+        default=None,
+        repr=False,
+        description="API base URL ending in /v1 (env LLM_ASSETS_OPENAI_BASE_URL).",
+    )
+    model: str | None = Field(
+        default=None, description="Model name the server serves (env LLM_ASSETS_OPENAI_MODEL)."
+    )
     api_key: str | None = Field(
         default=None,
         repr=False,
-        description="Bearer key; give it as dg.EnvVar('NAME') so only the variable's name is "
-        "stored. Never logged.",
+        description="Bearer key; give it as dg.EnvVar('NAME') (never a literal: Dagster stores "
+        "run config). Unset: LLM_ASSETS_OPENAI_API_KEY if set, else no key.",
     )
-    max_concurrency: int = Field(default=16, description="Most requests in flight at once.")
-    timeout_s: float = Field(default=60.0, description="Per-request timeout in seconds.")
-    max_retries: int = Field(
-        default=5, description="Retries after the first attempt on 429/5xx/timeouts/conn errors."
+    max_concurrency: int | None = Field(default=None, description="Requests in flight (16).")
+    timeout_s: float | None = Field(
+        default=None, description="Hard wall-clock limit of one attempt, body included (60)."
     )
-    send_priority: bool = Field(
-        default=False,
-        description="Send each request's `priority` (vLLM accepts it only under priority "
-        "scheduling).",
+    request_deadline_s: float | None = Field(
+        default=None,
+        description="Hard wall-clock limit of one request across attempts and backoffs (300).",
     )
-    use_chat: bool = Field(
-        default=False, description="Use /chat/completions with one user message per prompt."
+    max_retries: int | None = Field(
+        default=None, description="Retries after the first attempt on 429/5xx/timeouts (5)."
     )
-    structured_output_style: str = Field(
-        default="structured_outputs",
-        description="How output constraints are sent: 'structured_outputs' (vLLM >= 0.10), "
-        "'guided' (older guided_* fields) or 'none' (hosted APIs without them).",
+    breaker_failures: int | None = Field(
+        default=None,
+        description="Stop after this many consecutive connection failures or timeouts "
+        "(8; 0: never).",
     )
-    send_relquery_header: bool = Field(
-        default=False, description="Send the relQuery id as an X-Relquery-Id header."
+    server_style: str | None = Field(
+        default=None,
+        description="How output constraints are sent: auto (ask the server), vllm, "
+        "vllm-guided, llamacpp, openai or none (auto).",
     )
+    max_tokens: int | None = Field(
+        default=None, description="Output budget of every request of this run (the query's)."
+    )
+    prefix_affinity: bool | None = Field(
+        default=None,
+        description="Serve each prefix group in order on one worker, so parallel server "
+        "slots do not undo GGR (true).",
+    )
+    send_priority: bool | None = Field(
+        default=None,
+        description="Send each request's priority (vLLM under priority scheduling) (false).",
+    )
+    use_chat: bool | None = Field(
+        default=None, description="Use /chat/completions, one user message per prompt (false)."
+    )
+    send_relquery_header: bool | None = Field(
+        default=None, description="Send the relQuery id as an X-Relquery-Id header (false)."
+    )
+
+    def settings(self) -> dict:
+        """The engine's keyword arguments: config, else environment, else engine defaults
+        (the key excluded). ValueError names a missing URL/model or a bad variable."""
+        out: dict = {}
+        for name in ("base_url", "model"):
+            value = getattr(self, name) or os.environ.get(OPENAI_ENV_PREFIX + name.upper())
+            if not value:
+                raise ValueError(
+                    f"OpenAIEngineResource needs {name}: set it in config or in "
+                    f"{OPENAI_ENV_PREFIX}{name.upper()}"
+                )
+            out[name] = value
+        for name, kind in _OPENAI_TUNING.items():
+            value = getattr(self, name)
+            raw = os.environ.get(OPENAI_ENV_PREFIX + name.upper())
+            if value is None and raw not in (None, ""):
+                value = _env_option(name, kind, raw)
+            if value is not None:
+                out[name] = value
+        return out
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        from resources.openai_wire import split_url_credentials
+
+        run = context.run
+        for key, entry in ((run.run_config or {}).get("resources") or {}).items() if run else ():
+            config = entry.get("config") if isinstance(entry, dict) else None
+            if isinstance(config, dict) and isinstance(config.get("api_key"), str):
+                raise ValueError(
+                    f"resources.{key}.config.api_key is a literal key in run config, which "
+                    "Dagster stores in its run database; give it as {env: VAR_NAME} "
+                    "(dg.EnvVar in code) or set LLM_ASSETS_OPENAI_API_KEY"
+                )
+            url = config.get("base_url") if isinstance(config, dict) else None
+            if isinstance(url, str) and split_url_credentials(url)[1:] != (None, None):
+                raise ValueError(
+                    f"resources.{key}.config.base_url carries user:password@ in run config, "
+                    "which Dagster stores in its run database; give the URL as {env: VAR_NAME} "
+                    "or set LLM_ASSETS_OPENAI_BASE_URL"
+                )
+        super().setup_for_execution(context)
 
     def build_engine(self) -> LLMEngine:
         from resources.openai_engine import OpenAIEngine
 
-        return OpenAIEngine(
-            base_url=self.base_url,
-            model=self.model,
-            api_key=self.api_key,
-            max_concurrency=self.max_concurrency,
-            timeout_s=self.timeout_s,
-            max_retries=self.max_retries,
-            send_priority=self.send_priority,
-            use_chat=self.use_chat,
-            structured_output_style=self.structured_output_style,
-            send_relquery_header=self.send_relquery_header,
-        )
+        key = self.api_key or os.environ.get(OPENAI_ENV_PREFIX + "API_KEY") or None
+        return OpenAIEngine(api_key=key, **self.settings())
 
 
 class ResponseCacheResource(dg.ConfigurableResource):

@@ -18,6 +18,8 @@ Invariants:
   therefore safe, at the price of waiting for each other's (short) transactions;
 - `ResponseCache(enabled=False)` (or `ResponseCache.disabled()`) never touches the disk:
   `get_many` finds nothing, `put_many` stores nothing, `count` is 0;
+- a response whose engine did not report cached tokens (`cached_tokens_known=False`) is
+  stored with `cached_tokens = -1` and read back unknown again (never as 0 cached);
 - nothing secret is stored: no request headers, no API key, not even the prompt (only its hash).
 
 Default location: `$LLM_ASSETS_HOME/responses.duckdb`, `LLM_ASSETS_HOME` defaulting to
@@ -244,7 +246,8 @@ class ResponseCache:
                 id=request_id or "",
                 text=text,
                 prompt_tokens=int(prompt_tokens),
-                cached_tokens=int(cached_tokens),
+                cached_tokens=max(0, int(cached_tokens)),
+                cached_tokens_known=int(cached_tokens) >= 0,
                 output_tokens=int(output_tokens),
                 ttft_s=float(ttft_s or 0.0),
                 finish_s=float(finish_s or 0.0),
@@ -312,7 +315,8 @@ def _count(con: duckdb.DuckDBPyConnection) -> int:
 def _arrow_rows(rows: dict[str, Response], engine: str, model: str) -> pa.Table:
     columns: dict[str, list[Any]] = {name: [] for name in _SCHEMA.names}
     for key, r in rows.items():
-        values = (key, engine, model, r.id, r.text, r.prompt_tokens, r.cached_tokens,
+        cached = r.cached_tokens if r.cached_tokens_known else -1
+        values = (key, engine, model, r.id, r.text, r.prompt_tokens, cached,
                   r.output_tokens, r.ttft_s, r.finish_s)  # fmt: skip
         for name, value in zip(_SCHEMA.names, values, strict=True):
             columns[name].append(value)

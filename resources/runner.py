@@ -13,13 +13,23 @@ Invariants of the `RunOutcome`:
 - `responses` has exactly one `Response` per request, in request order, each with its
   request's `id` (cached ones included); nothing is dropped: a failed request is a response
   with `error` set;
-- `n_requests == cache_hits + sent` and `n_requests == answered + failed`;
+- `n_requests == cache_hits + sent` (plus the requests never sent after a stop) and
+  `n_requests == answered + failed`;
 - `stats` totals only what was sent to the engine in this call (`stats.n_requests == sent`,
   tokens and times summed over the chunks); reused responses keep the token counts they were
   stored with (in `responses` and in `reused_prompt_tokens` / `reused_cached_tokens`) but are
   not counted as sent.
 
-`raise_if_too_many_errors(outcome, max_error_rate)` is the guard an asset calls afterwards.
+4. stops early when the engine reports it cannot go on (`RunResult.stopped`: a 401/403, a
+   circuit breaker on a dead server): the chunk's answers are still committed, every request
+   not yet sent gets an error row naming the reason, and `RunOutcome.stopped` holds it.
+
+An engine with a `max_tokens` attribute that is not None (a per-run override) answers every
+request with that output budget: the requests are rewritten before the cache lookup, so the
+cache key is the budget actually used.
+
+`raise_if_too_many_errors(outcome, max_error_rate)` is the guard an asset calls afterwards;
+it raises on a stopped run first, with the stop reason as its one line.
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ __all__ = [
     "TooManyErrors",
     "raise_if_too_many_errors",
     "run_requests",
+    "with_max_tokens",
 ]
 
 log = logging.getLogger(__name__)
@@ -76,6 +87,8 @@ class RunOutcome:
     """Prompt tokens of the reused responses, as stored."""
     reused_cached_tokens: int = 0
     """Cached prompt tokens of the reused responses, as stored."""
+    stopped: str | None = None
+    """Why the engine stopped early (then the unsent requests failed with that reason)."""
 
     @property
     def error_rate(self) -> float:
@@ -86,6 +99,13 @@ class RunOutcome:
     def errors(self) -> list[Response]:
         """The failed responses, in request order."""
         return [r for r in self.responses if r.error is not None]
+
+
+def with_max_tokens(requests: Sequence[Request], max_tokens: int | None) -> list[Request]:
+    """`requests` with their output budget replaced by `max_tokens` (unchanged when None)."""
+    if max_tokens is None:
+        return list(requests)
+    return [dataclasses.replace(r, max_tokens=max_tokens) for r in requests]
 
 
 class TooManyErrors(RuntimeError):
@@ -116,7 +136,7 @@ def run_requests(
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     wall0 = time.perf_counter()
-    requests = list(requests)
+    requests = with_max_tokens(requests, getattr(engine, "max_tokens", None))
     total = len(requests)
     key_of = engine_key or EngineKey.of(engine)
     cache = cache if cache is not None else ResponseCache.disabled()
@@ -140,10 +160,18 @@ def run_requests(
     chunk_stats: list[RunStats] = []
     stored = 0
     done = cache_hits
+    stopped: str | None = None
+    sent = 0
     for start in range(0, len(missing), chunk_size):
         positions = missing[start : start + chunk_size]
+        if stopped is not None:
+            for i in positions:
+                responses[i] = Response(requests[i].id, "", 0, 0, 0, 0.0, 0.0,
+                                        error=f"not sent: {stopped}")  # fmt: skip
+            continue
         chunk = [requests[i] for i in positions]
         result = engine.run(relquery_id, chunk)
+        sent += len(chunk)
         _check_contract(engine, chunk, result.responses)
         chunk_stats.append(result.stats)
         for i, response in zip(positions, result.responses, strict=True):
@@ -157,6 +185,7 @@ def run_requests(
         done += len(chunk)
         if progress is not None:
             progress(done, total)
+        stopped = result.stopped
 
     final = [r for r in responses if r is not None]
     assert len(final) == total, "every request has a response"
@@ -167,13 +196,14 @@ def run_requests(
         stats=stats,
         n_requests=total,
         cache_hits=cache_hits,
-        sent=len(missing),
+        sent=sent,
         answered=total - failed,
         failed=failed,
         num_chunks=len(chunk_stats),
         stored=stored,
         reused_prompt_tokens=sum(r.prompt_tokens for r in reused),
         reused_cached_tokens=sum(r.cached_tokens for r in reused),
+        stopped=stopped,
     )
     log.info(
         "relquery %s: %d requests, %d from cache, %d sent in %d chunks, %d failed",
@@ -192,6 +222,11 @@ def raise_if_too_many_errors(outcome: RunOutcome, max_error_rate: float, *, show
     failed count, the rate, the limit and the first `show` errors (request id: error)."""
     if not 0.0 <= max_error_rate <= 1.0:
         raise ValueError(f"max_error_rate must be in [0, 1], got {max_error_rate}")
+    if outcome.stopped is not None:
+        raise TooManyErrors(
+            f"{outcome.failed} of {outcome.n_requests} requests failed: {outcome.stopped}",
+            outcome,
+        )
     if outcome.error_rate <= max_error_rate:
         return
     first = "; ".join(f"{r.id}: {r.error}" for r in outcome.errors[:show])
@@ -243,4 +278,5 @@ def _sum_stats(
         engine_time_s=sum(p.engine_time_s for p in parts),
         wall_time_s=wall_time_s,
         errors=sum(p.errors for p in parts),
+        cached_tokens_unknown=sum(p.cached_tokens_unknown for p in parts),
     )

@@ -189,6 +189,9 @@ def stats_from_responses(
         engine_time_s=engine_time_s,
         wall_time_s=wall_time_s,
         errors=sum(1 for r in responses if r.error is not None),
+        cached_tokens_unknown=sum(
+            1 for r in responses if r.error is None and not r.cached_tokens_known
+        ),
     )
 
 

@@ -49,6 +49,10 @@ def log_llm_run(context, qdef, options, engine_resource, stats: RunStats, extra,
     tracker = context.resources.tracker
     engine = engine_resource.engine
     data = run_options.data_label or data
+    costs = engine_costs(engine_resource, engine, stats)
+    unknown = stats.cached_tokens_unknown > 0
+    if unknown:  # no cached count: full-price hosted costs are only an upper bound
+        costs = {f"{k}_upper_bound": v for k, v in costs.items()}
     metrics = {
         "engine_time_s": stats.engine_time_s,
         "token_hit_rate": stats.token_hit_rate,
@@ -57,9 +61,11 @@ def log_llm_run(context, qdef, options, engine_resource, stats: RunStats, extra,
         "output_tokens": stats.output_tokens,
         "n_requests": stats.n_requests,
         **extra,
-        **engine_costs(engine_resource, engine, stats),
+        **costs,
     }
     asset = context.asset_key.to_user_string()
+    if unknown:  # the server did not report cached tokens: unknown, not 0%
+        del metrics["token_hit_rate"], metrics["cached_tokens"]
     params = {
         "query": qdef.name,
         "data": data,
@@ -75,6 +81,7 @@ def log_llm_run(context, qdef, options, engine_resource, stats: RunStats, extra,
         "dagster_run_id": context.run.run_id,
         "asset_key": asset,
         "engine": stats.engine,
+        "cached_tokens": "unknown" if unknown else "reported",
         **({"partition": context.partition_key} if context.has_partition_key else {}),
         **run_options.run_tags,
     }
@@ -87,6 +94,8 @@ def log_llm_run(context, qdef, options, engine_resource, stats: RunStats, extra,
     )
     meta = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in metrics.items()}
     meta |= {f"param_{k}": str(v) for k, v in params.items() if k != "query"}
+    if unknown:
+        meta["token_hit_rate"] = meta["cached_tokens"] = "unknown (not reported by the server)"
     if url:
         meta["mlflow_run"] = url
     return meta

@@ -721,6 +721,9 @@ class SimApp:
             "created": self.created,
             "owned_by": "llm-assets-sim",
         }
+        deployment = getattr(self.engine, "deployment", None)
+        if deployment is not None:  # as vLLM's /v1/models: the context window
+            model["max_model_len"] = deployment.model.max_model_len
         return Reply(200, {"object": "list", "data": [model]})
 
     def _json_body(self, body: bytes) -> Any:

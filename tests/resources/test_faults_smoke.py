@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from resources.faults import SMOKE_FAULTS, markdown_table, run_fault_matrix
+from benchmarks.lib.faults import SMOKE_FAULTS, markdown_table, run_fault_matrix
 
 
 def test_smoke_matrix_loses_nothing_and_a_kill_costs_at_most_one_chunk(tmp_path: Path) -> None:
@@ -28,3 +28,21 @@ def test_smoke_matrix_loses_nothing_and_a_kill_costs_at_most_one_chunk(tmp_path:
     assert kill["cache_entries_at_kill"] >= kill["killed_after_rows_committed"]
     assert kill["requests_sent"] <= kill["rows_in"] + chunk
     assert "| kill9 |" in markdown_table(result)
+
+
+def test_hostile_server_cases_lose_nothing_and_end_within_their_bound(tmp_path: Path) -> None:
+    from benchmarks.faults import _acceptance
+    from benchmarks.lib.faults import ClientSettings
+    from benchmarks.lib.hostile_faults import HOSTILE_CASES
+
+    settings = ClientSettings(chunk_size=20, timeout_s=0.5, max_concurrency=4)
+    result = run_fault_matrix(
+        80, faults=list(HOSTILE_CASES), settings=settings, workdir=tmp_path, log=lambda _: None
+    )
+    assert _acceptance(result) == []
+    faults = result["faults"]
+    for name in ("drip-feed", "endless-body", "dead-server"):
+        assert faults[name]["failed"] == 80 and faults[name]["wall_s"] <= faults[name]["bound_s"]
+    assert faults["malformed-200"]["answered"] == 80
+    assert faults["malformed-200"]["faults_injected"]["malformed"] > 0
+    assert faults["wrong-key"]["requests_sent"] <= settings.max_concurrency

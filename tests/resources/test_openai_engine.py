@@ -23,7 +23,7 @@ import pytest
 
 from llm_assets.output_spec import OutputSpec
 from resources.engine import Request
-from resources.openai_engine import STRUCTURED_OUTPUT_STYLES, OpenAIEngine
+from resources.openai_engine import SERVER_STYLES, OpenAIEngine
 
 SECRET = "sk-test-DO-NOT-LEAK-7f3a9c"
 
@@ -151,13 +151,13 @@ def test_body_carries_model_limits_and_structured_outputs() -> None:
 
 def test_body_styles_and_chat() -> None:
     req = Request("a", "hello", output=OutputSpec.regex("[0-9]+"))
-    guided = OpenAIEngine("http://h/v1", "m", structured_output_style="guided").body(req)
+    guided = OpenAIEngine("http://h/v1", "m", server_style="guided").body(req)
     assert guided["guided_regex"] == "[0-9]+" and "structured_outputs" not in guided
     json_req = Request("b", "x", output=OutputSpec.json())
-    assert OpenAIEngine("http://h/v1", "m", structured_output_style="guided").body(json_req)[
+    assert OpenAIEngine("http://h/v1", "m", server_style="guided").body(json_req)[
         "response_format"
     ] == {"type": "json_object"}
-    plain = OpenAIEngine("http://h/v1", "m", structured_output_style="none").body(req)
+    plain = OpenAIEngine("http://h/v1", "m", server_style="none").body(req)
     assert not {"structured_outputs", "guided_regex"} & set(plain)
     chat = OpenAIEngine("http://h/v1", "m", use_chat=True)
     assert chat.body(req)["messages"] == [{"role": "user", "content": "hello"}]
@@ -168,9 +168,9 @@ def test_body_styles_and_chat() -> None:
 def test_constructor_errors_name_the_value_and_the_choices() -> None:
     with pytest.raises(
         ValueError,
-        match=r"'xml'.*" + re.escape(str(STRUCTURED_OUTPUT_STYLES)),
+        match=r"'xml'.*" + re.escape(str(SERVER_STYLES)),
     ):
-        OpenAIEngine("http://h/v1", "m", structured_output_style="xml")
+        OpenAIEngine("http://h/v1", "m", server_style="xml")
     with pytest.raises(ValueError, match="max_concurrency must be >= 1, got 0"):
         OpenAIEngine("http://h/v1", "m", max_concurrency=0)
     with pytest.raises(ValueError, match="ftp://h"):
@@ -284,7 +284,7 @@ def test_connection_refused_is_an_error_row() -> None:
     assert all("connection error" in (r.error or "") for r in result.responses)
 
 
-def test_missing_cached_tokens_count_zero_and_warn_once(caplog: pytest.LogCaptureFixture) -> None:
+def test_missing_cached_tokens_are_unknown_and_warn_once(caplog: pytest.LogCaptureFixture) -> None:
     def script(seen: list[Seen], req: Seen) -> Answer:
         return Answer(body=completion(cached=None))
 
@@ -294,8 +294,13 @@ def test_missing_cached_tokens_count_zero_and_warn_once(caplog: pytest.LogCaptur
         result = engine.run("q", reqs(5))
         engine.run("q2", reqs(3))
     assert result.stats.cached_tokens == 0 and result.stats.prompt_tokens == 50
+    assert result.stats.cached_tokens_unknown == 5 and not result.stats.cached_tokens_reported
+    assert not any(r.cached_tokens_known for r in result.responses)
     warnings = [r for r in caplog.records if "cached_tokens" in r.getMessage()]
     assert len(warnings) == 1
+    # the advice fits the server: a scripted server without /props is taken for vLLM
+    assert "--enable-prompt-tokens-details" in warnings[0].getMessage()
+    assert "unknown" in warnings[0].getMessage()
 
 
 # -- the API key never leaks --------------------------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from resources.faults import SimServerProcess, synthetic_requests
+from benchmarks.lib.faults import SimServerProcess, synthetic_requests
 from resources.openai_engine import OpenAIEngine
 from resources.response_cache import ResponseCache
 from resources.runner import TooManyErrors, raise_if_too_many_errors, run_requests

@@ -232,7 +232,7 @@ def test_deadline_stops_retries_whose_backoff_would_overrun_it() -> None:
     assert time.monotonic() - started < 1.5
     assert response.error and response.error.startswith("failed after ")
     assert "within the request deadline of 1s: HTTP 500" in response.error
-    with pytest.raises(ValueError, match="request_deadline_s must be > 0 or None, got 0"):
+    with pytest.raises(ValueError, match="request_deadline_s must be > 0 and finite, got 0"):
         OpenAIEngine("http://h/v1", "m", request_deadline_s=0)
 
 

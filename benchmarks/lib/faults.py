@@ -4,9 +4,9 @@ Each scenario starts the sim's HTTP server as a real subprocess
 (`python -m resources.sim.server --port 0 --fault-... ...` on 127.0.0.1), sends a seeded
 synthetic movie-review query (`synthetic_requests`) through `OpenAIEngine` and
 `resources.runner.run_requests` with a persistent `ResponseCache` in a scratch folder, then
-reruns the same query against the same cache. The `kill9` scenario runs the client as a
-subprocess (`python -m resources.faults client ...`), kill -9s it once about half the chunks
-are committed, and reruns it to completion.
+reruns the same query against the same cache. The `kill9` scenario (`benchmarks.lib.kill9`)
+runs the client as a subprocess, kill -9s it once about half the chunks are committed, and
+reruns it to completion.
 
 Per scenario (`run_fault_matrix(...)["faults"][name]`):
 
@@ -20,18 +20,18 @@ Per scenario (`run_fault_matrix(...)["faults"][name]`):
   (after kill -9: at most the chunk in flight; otherwise the failed rows retried);
 - `faults_injected`: the server's own count of each injected fault; `wall_s`.
 
+The hostile-server cases (`drip-feed`, `endless-body`, `malformed-200`, `wrong-key`,
+`dead-server`) run against `benchmarks.lib.hostile` servers instead, once, and add `bound_s`
+(see `benchmarks.lib.hostile_faults`).
+
 `python -m benchmarks.faults` is the command line; tests call `run_fault_matrix(smoke=True)`.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -44,6 +44,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks.lib.hostile_faults import HOSTILE_CASES, run_hostile_case
 from llm_assets.output_spec import OutputSpec
 from resources.engine import LLMEngine, Request, Response, RunResult
 from resources.openai_engine import OpenAIEngine
@@ -61,7 +62,7 @@ __all__ = [
     "synthetic_requests",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL = "llama-2-7b"
 INSTRUCTION = (
     "Analyze whether this movie would be suitable for kids based on the movie description "
@@ -104,6 +105,8 @@ FAULT_MATRIX: tuple[FaultScenario, ...] = (
     ),
     FaultScenario("kill9", (), kill_client=True, description="client kill -9 halfway, rerun"),
 )
+FAULT_MATRIX += tuple(FaultScenario(name, description=what) for name, what in HOSTILE_CASES.items())
+"""The last five run against `benchmarks.lib.hostile_faults` servers, not the sim's."""
 SMOKE_FAULTS: tuple[str, ...] = ("none", "503", "hang", "drop", "malformed", "kill9")
 """The scenarios of `smoke=True` (the test suite's version)."""
 
@@ -128,6 +131,8 @@ class ClientSettings:
     """Requests per runner chunk (and cache commit)."""
     seed: int = 0
     """Seed of the synthetic rows and of the engine's backoff jitter."""
+    breaker_failures: int = 8
+    """Consecutive connection failures or timeouts that stop a run (the engine's default)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,6 +288,7 @@ def make_engine(
         initial_backoff_s=settings.initial_backoff_s,
         max_backoff_s=settings.max_backoff_s,
         request_deadline_s=settings.request_deadline_s,
+        breaker_failures=settings.breaker_failures,
         seed=settings.seed,
     )
 
@@ -344,39 +350,6 @@ def _row_counts(row_ids: Sequence[str], responses: Sequence[Response]) -> dict[s
     }
 
 
-def client_main(argv: Sequence[str] | None = None) -> int:
-    """`python -m resources.faults client ...`: one client run; JSON events on stdout."""
-    p = argparse.ArgumentParser(prog="python -m resources.faults client")
-    p.add_argument("--base-url", required=True)
-    p.add_argument("--rows", type=int, required=True)
-    p.add_argument("--cache", required=True, help="response cache file")
-    p.add_argument("--out", required=True, help="JSON file of the final responses")
-    p.add_argument("--settings", required=True, help="ClientSettings as JSON")
-    args = p.parse_args(argv)
-    settings = ClientSettings(**json.loads(args.settings))
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-
-    def emit(event: dict[str, Any]) -> None:
-        print(json.dumps(event), flush=True)
-
-    outcome = _client_run(
-        args.base_url,
-        args.rows,
-        Path(args.cache),
-        settings,
-        on_send=lambda ids: emit({"event": "sent", "ids": ids}),
-        progress=lambda done, total: emit({"event": "progress", "done": done, "total": total}),
-    )
-    final = {
-        "responses": [[r.id, r.error] for r in outcome.responses],
-        "sent": outcome.sent,
-        "cache_hits": outcome.cache_hits,
-    }
-    Path(args.out).write_text(json.dumps(final))
-    emit({"event": "done", "sent": outcome.sent, "cache_hits": outcome.cache_hits})
-    return 0
-
-
 # ---------------------------------------------------------------------------------------------
 # Scenarios
 
@@ -406,75 +379,6 @@ def _in_process_scenario(
     return result
 
 
-def _kill_scenario(
-    scenario: FaultScenario, rows: int, workdir: Path, settings: ClientSettings, log: Log
-) -> dict[str, Any]:
-    cache_path = workdir / f"{scenario.name}.duckdb"
-    out_path = workdir / f"{scenario.name}.out.json"
-    row_ids = [f"row-{i:05d}" for i in range(rows)]
-    start = time.perf_counter()
-    with SimServerProcess(scenario.server_flags, log_path=workdir / f"{scenario.name}.log") as srv:
-        cmd = [sys.executable, "-m", "resources.faults", "client", "--base-url", srv.base_url,
-               "--rows", str(rows), "--cache", str(cache_path), "--out", str(out_path),
-               "--settings", json.dumps(asdict(settings))]  # fmt: skip
-        first = _spawn_client(cmd, workdir / "kill9-first.err", kill_at_half=True)
-        committed = ResponseCache(cache_path).count()
-        log(
-            f"  kill -9 after {first['done']} of {rows} rows committed "
-            f"({committed} in the cache); rerunning"
-        )
-        second = _spawn_client(cmd, workdir / "kill9-rerun.err", kill_at_half=False)
-        counts = srv.fault_counts()
-    wall = time.perf_counter() - start
-    final = json.loads(out_path.read_text())
-    responses = [Response(i, "", 0, 0, 0, 0.0, 0.0, error=e) for i, e in final["responses"]]
-    result = _row_counts(row_ids, responses)
-    result.update(
-        requests_sent=len(first["sent"]) + len(second["sent"]),
-        requests_resent_after_rerun=len(set(first["sent"]) & set(second["sent"])),
-        killed_after_rows_committed=first["done"],
-        cache_entries_at_kill=committed,
-        chunk_size=settings.chunk_size,
-        http_calls=counts.pop("calls"),
-        faults_injected=counts,
-        wall_s=round(wall, 2),
-    )
-    if not first["killed"]:
-        result["note"] = "the first run finished before it could be killed"
-    return result
-
-
-def _spawn_client(cmd: list[str], err_path: Path, *, kill_at_half: bool) -> dict[str, Any]:
-    """Run the client; with `kill_at_half`, SIGKILL it once half the rows are committed AND
-    the next chunk has gone out (the worst moment: a chunk in flight, none of it committed).
-    Returns the ids it sent, the rows committed when it ended and whether it was killed."""
-    sent: list[str] = []
-    done = 0
-    armed = killed = False
-    with open(err_path, "wb") as err:
-        proc = subprocess.Popen(
-            cmd, cwd=REPO_ROOT, env=_subprocess_env(), stdout=subprocess.PIPE, stderr=err
-        )
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            event = json.loads(line)
-            if event["event"] == "sent":
-                sent.extend(event["ids"])
-                if armed and not killed:
-                    time.sleep(0.05)  # let the chunk's first calls reach the server
-                    os.kill(proc.pid, signal.SIGKILL)
-                    killed = True
-            elif event["event"] == "progress":
-                done = event["done"]
-                armed = kill_at_half and done * 2 >= event["total"] > 0
-        code = proc.wait(120)
-    if not killed and code != 0:
-        raise RuntimeError(
-            f"fault client exited with {code}: {err_path.read_text(errors='replace')[-2000:]}"
-        )
-    return {"sent": sent, "done": done, "killed": killed}
-
-
 def run_fault_matrix(
     rows: int = 2000,
     *,
@@ -501,8 +405,12 @@ def run_fault_matrix(
         for name in names:
             scenario = known[name]
             log(f"fault {name}: {scenario.description} ({rows} rows)")
-            if scenario.kill_client:
-                results[name] = _kill_scenario(scenario, rows, scratch, settings, log)
+            if name in HOSTILE_CASES:
+                results[name] = run_hostile_case(name, rows, settings)
+            elif scenario.kill_client:
+                from benchmarks.lib.kill9 import kill_scenario
+
+                results[name] = kill_scenario(scenario, rows, scratch, settings, log)
             else:
                 results[name] = _in_process_scenario(scenario, rows, scratch, settings)
             r = results[name]
@@ -543,7 +451,7 @@ def markdown_table(result: dict[str, Any]) -> str:
     """The matrix as a markdown table (one row per scenario)."""
     head = ("fault", "server flags", "rows_in", "answered", "skipped", "failed", "lost",
             "requests_sent", "resent_after_rerun", "http_calls", "faults injected",
-            "wall_s")  # fmt: skip
+            "wall_s", "bound_s")  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, r in result["faults"].items():
         flags = " ".join(result["scenarios"].get(name, {}).get("flags", [])) or "-"
@@ -552,17 +460,6 @@ def markdown_table(result: dict[str, Any]) -> str:
         injected = ", ".join(f"{k}={v}" for k, v in r["faults_injected"].items() if v) or "-"
         cells = (name, f"`{flags}`", r["rows_in"], r["answered"], r["skipped"], r["failed"],
                  r["lost"], r["requests_sent"], r["requests_resent_after_rerun"],
-                 r["http_calls"], injected, r["wall_s"])  # fmt: skip
+                 r["http_calls"], injected, r["wall_s"], r.get("bound_s") or "-")  # fmt: skip
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["client"]:
-        return client_main(argv[1:])
-    raise SystemExit("usage: python -m resources.faults client ... (see benchmarks.faults)")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

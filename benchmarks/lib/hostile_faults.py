@@ -1,0 +1,121 @@
+"""The hostile-server cases of the fault matrix (issue 11): servers that hang the client,
+lie in HTTP 200s, reject the key or never answer.
+
+Each case starts a `HostileServer` on 127.0.0.1, sends the seeded synthetic query
+(`synthetic_requests`) through `OpenAIEngine` and `run_requests` once, and reports the same
+row accounting as the other cases (`rows_in`, `answered`, `failed`, `lost` = rows with no
+response at all, must be 0), `requests_sent` (completion calls the server saw),
+`wall_s` and `bound_s`, the documented bound on the step's wall time:
+
+- `drip-feed` (every reply dripped 1 byte / 0.5 s, headers first), `endless-body` (every
+  reply a chunked body that never ends) and `dead-server` (accepts, never answers): each
+  attempt is cut at `timeout_s`, and the circuit breaker stops the step after
+  `breaker_failures` consecutive timeouts, so the bound is the server probe (`min(timeout_s,
+  10)`) + ceil(breaker_failures / max_concurrency) x (timeout_s + max_backoff_s) + 1 s;
+- `malformed-200`: 10% of calls answer HTTP 200 with a malformed completion (text a number
+  or null, 3 choices, negative or 2**70 usage, cached > prompt), cycling through the shapes;
+  each is retried like a 5xx, so every row ends answered;
+- `wrong-key`: every call answers 401; the probe (`GET /models`) finds it and nothing is
+  sent; `requests_sent` must stay <= max_concurrency (a handful) even when `/models` is open.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from typing import Any
+
+from benchmarks.lib.hostile import Drip, Endless, HostileServer, Reply, Silent, completion_body
+from resources.openai_engine import OpenAIEngine
+from resources.runner import run_requests
+
+__all__ = ["HOSTILE_CASES", "run_hostile_case"]
+
+BAD_SHAPES: tuple[dict[str, Any], ...] = (
+    {"choices": [{"text": 7}], "usage": {"prompt_tokens": 5, "completion_tokens": 1}},
+    {"choices": [{"text": None}], "usage": {"prompt_tokens": 5, "completion_tokens": 1}},
+    {"choices": [{"text": "Yes"}] * 3, "usage": {"prompt_tokens": 5, "completion_tokens": 1}},
+    {"choices": [{"text": "Yes"}], "usage": {"prompt_tokens": -5, "completion_tokens": 1}},
+    {"choices": [{"text": "Yes"}], "usage": {"prompt_tokens": 2**70, "completion_tokens": 1}},
+    {"choices": [{"text": "Yes"}], "usage": {"prompt_tokens": 5, "completion_tokens": 1,
+                                             "prompt_tokens_details": {"cached_tokens": 9}}},
+)  # fmt: skip
+
+HOSTILE_CASES: dict[str, str] = {
+    "drip-feed": "every reply dripped 1 byte / 0.5 s",
+    "endless-body": "every reply a chunked body that never ends",
+    "malformed-200": "10% HTTP 200 with a malformed completion",
+    "wrong-key": "every call 401 (key rejected)",
+    "dead-server": "accepts connections, never answers",
+}
+
+
+def _script(case: str, seed: int):
+    rng = random.Random(seed)
+    lock = threading.Lock()
+    state = {"n": 0}
+
+    def script(method: str, path: str, body: dict):
+        if case == "wrong-key":
+            return Reply(401, {"error": {"message": "Incorrect API key provided"}})
+        if case == "dead-server":
+            return Silent()
+        if method == "GET":
+            return Reply(404, {"error": {"message": "no such route"}})
+        if case == "drip-feed":
+            return Drip(body=completion_body(), interval_s=0.5)
+        if case == "endless-body":
+            return Endless(interval_s=0.05)
+        with lock:
+            bad = rng.random() < 0.1
+            state["n"] += bad
+            shape = BAD_SHAPES[state["n"] % len(BAD_SHAPES)]
+        return Reply(body=shape if bad else completion_body(cached=0))
+
+    return script, state
+
+
+def run_hostile_case(case: str, rows: int, settings: Any) -> dict[str, Any]:
+    """Run one case (see the module docstring); `settings` is a `ClientSettings`."""
+    from benchmarks.lib.faults import _row_counts, synthetic_requests
+
+    if case not in HOSTILE_CASES:
+        raise ValueError(f"unknown hostile case {case!r}; expected one of {list(HOSTILE_CASES)}")
+    requests = synthetic_requests(rows, settings.seed)
+    start = time.perf_counter()
+    script, injected = _script(case, settings.seed)
+    with HostileServer(script, max_action_s=60.0) as srv:
+        engine = OpenAIEngine(
+            srv.url,
+            "llama-2-7b",
+            api_key="sk-benchmark-wrong-key" if case == "wrong-key" else None,
+            max_concurrency=settings.max_concurrency,
+            timeout_s=settings.timeout_s,
+            max_retries=settings.max_retries,
+            initial_backoff_s=settings.initial_backoff_s,
+            max_backoff_s=settings.max_backoff_s,
+            request_deadline_s=settings.request_deadline_s,
+            breaker_failures=settings.breaker_failures,
+            seed=settings.seed,
+        )
+        outcome = run_requests(engine, case, requests, chunk_size=settings.chunk_size)
+        calls = srv.calls
+    wall = time.perf_counter() - start
+    result = _row_counts([r.id for r in requests], outcome.responses)
+    rounds = math.ceil(settings.breaker_failures / settings.max_concurrency)
+    bound = min(settings.timeout_s, 10.0) + rounds * (settings.timeout_s + settings.max_backoff_s)
+    result.update(
+        requests_sent=calls,
+        requests_resent_after_rerun=0,
+        http_calls=calls,
+        faults_injected={case: calls} if case != "malformed-200" else {},
+        stopped=outcome.stopped,
+        wall_s=round(wall, 2),
+        bound_s=round(bound + 1.0, 2) if case in ("drip-feed", "endless-body", "dead-server")
+        else None,
+    )  # fmt: skip
+    if case == "malformed-200":
+        result["faults_injected"] = {"malformed": injected["n"]}
+    return result

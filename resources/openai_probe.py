@@ -1,0 +1,95 @@
+"""What an OpenAI-compatible server says about itself before any completion is sent.
+
+`probe_server(base_url, ...)` asks `GET {base_url}/models` and `GET {root}/props` (root =
+the URL without its trailing `/v1`), each once and within `timeout_s` of wall-clock time
+(body included; `/props` is skipped when `/models` got no reply), and never raises:
+
+- `auth_error`: set when `/models` answers 401 or 403 (the key is wrong: nothing should be
+  sent), with the server's message redacted;
+- `max_model_len`: the context window: vLLM's `data[].max_model_len` for the model, else
+  llama.cpp's `default_generation_settings.n_ctx` from `/props`, else `meta.n_ctx_train`
+  from `/models`; None when the server says nothing;
+- `style`: "llamacpp" when `/props` answers like llama.cpp's `llama-server`, "vllm" when
+  `/models` names vLLM as the owner, else None (unknown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from resources.openai_wire import error_message
+
+__all__ = ["ServerInfo", "probe_server"]
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    style: str | None = None
+    max_model_len: int | None = None
+    auth_error: str | None = None
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
+async def _get(client: httpx.AsyncClient, url: str, timeout_s: float):
+    """(status, parsed JSON or None, body) of `GET url`, None on any failure; a hard
+    wall-clock bound of `timeout_s`, body included."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            reply = await client.get(url)
+    except (httpx.HTTPError, TimeoutError):
+        return None
+    try:
+        data = reply.json()
+    except ValueError:
+        data = None
+    return reply.status_code, data, reply.content
+
+
+async def probe_server(
+    base_url: str,
+    headers: dict[str, str],
+    auth: httpx.Auth | None,
+    *,
+    timeout_s: float,
+    redact: Callable[[str], str],
+) -> ServerInfo:
+    """What the server at `base_url` says about itself (see the module docstring)."""
+    timeout = httpx.Timeout(timeout_s)
+    async with httpx.AsyncClient(timeout=timeout, headers=headers, auth=auth) as client:
+        models = await _get(client, f"{base_url}/models", timeout_s)
+        if models is not None and models[0] in (401, 403):
+            message = redact(error_message(models[2], "unauthorized"))
+            return ServerInfo(auth_error=f"HTTP {models[0]} from GET /models: {message}")
+        if models is None:  # no reply at all: do not wait for a dead server twice
+            return ServerInfo()
+        props = await _get(client, f"{base_url.removesuffix('/v1')}/props", timeout_s)
+    style, window = None, None
+    if props is not None and props[0] == 200 and isinstance(props[1], dict):
+        settings = props[1].get("default_generation_settings")
+        if isinstance(settings, dict):
+            style = "llamacpp"
+            window = _positive_int(settings.get("n_ctx"))
+    if models is not None and models[0] == 200 and isinstance(models[1], dict):
+        entries = models[1].get("data")
+        for entry in entries if isinstance(entries, list) else []:
+            if not isinstance(entry, dict):
+                continue
+            if entry.get("owned_by") == "vllm" and style is None:
+                style = "vllm"
+            meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+            window = (
+                window
+                or _positive_int(entry.get("max_model_len"))
+                or _positive_int(meta.get("n_ctx_train"))
+            )
+    return ServerInfo(style=style, max_model_len=window)

@@ -1,0 +1,225 @@
+"""One request of `OpenAIEngine`: attempts, hard deadlines, retries, the circuit breaker.
+
+`serve_request` always returns a `Response` (answered, or with `error` naming the attempts,
+the deadline when it ran out, and the last failure); see `resources.openai_engine` for the
+invariants. `post_once` is one attempt: a POST whose whole reply (headers and body, at most
+`max_reply_bytes`) is read inside the caller's hard `asyncio.timeout`, and validated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from resources.engine import Request, Response
+from resources.openai_wire import (
+    MalformedReply,
+    completion_from_reply,
+    error_message,
+    retry_after_s,
+)
+
+if TYPE_CHECKING:
+    from resources.openai_engine import OpenAIEngine
+
+__all__ = ["RequestFailed", "RunState", "failed_response", "post_once", "serve_request"]
+
+log = logging.getLogger("resources.openai_engine")
+
+RETRY_STATUSES = frozenset({408, 409, 429})
+STOP_STATUSES = frozenset({401, 403})
+
+
+class RequestFailed(Exception):
+    """One attempt failed. `retryable`: another attempt may succeed; `dead`: the server gave
+    no HTTP reply (counts toward the circuit breaker); `stop`: nothing more should be sent."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        dead: bool = False,
+        stop: bool = False,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.dead = dead
+        self.stop = stop
+        self.retry_after_s = retry_after_s
+
+
+@dataclass
+class RunState:
+    """What the workers of one `run` share (one event loop, so no locks)."""
+
+    total: int
+    stopped: asyncio.Event
+    stop_reason: str | None = None
+    consecutive_dead: int = 0
+    done: int = 0
+
+    def stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            self.stopped.set()
+
+
+async def post_once(
+    engine: OpenAIEngine,
+    client: httpx.AsyncClient,
+    body: dict[str, Any],
+    request_id: str,
+    headers: dict,
+) -> Any:
+    """One POST, body read in full; the validated `Completion`, else `RequestFailed`."""
+    try:
+        async with client.stream("POST", engine.endpoint, json=body, headers=headers) as reply:
+            data = bytearray()
+            async for chunk in reply.aiter_bytes():
+                data += chunk
+                if len(data) > engine.max_reply_bytes:
+                    raise RequestFailed(
+                        f"reply body over max_reply_bytes={engine.max_reply_bytes}",
+                        retryable=True,
+                    )
+            status, headers_in = reply.status_code, reply.headers
+            reason = reply.reason_phrase
+    except httpx.TimeoutException as exc:
+        raise RequestFailed(
+            f"timed out ({type(exc).__name__})", retryable=True, dead=True
+        ) from None
+    except httpx.HTTPError as exc:
+        message = engine._redact(f"{type(exc).__name__}: {exc}")
+        raise RequestFailed(f"connection error: {message}", retryable=True, dead=True) from None
+    if status == 200:
+        try:
+            parsed = json.loads(bytes(data))
+        except ValueError:
+            shown = engine._redact(bytes(data[:120]).decode("utf-8", "replace"))
+            raise RequestFailed(
+                f"HTTP 200 with a body that is not JSON for request {request_id}: {shown!r}",
+                retryable=True,
+            ) from None
+        try:
+            return completion_from_reply(parsed, chat=engine.use_chat, request_id=request_id)
+        except MalformedReply as exc:
+            raise RequestFailed(
+                f"HTTP 200 with a malformed completion: {engine._redact(str(exc))}",
+                retryable=True,
+            ) from None
+    message = engine._redact(error_message(bytes(data), reason))
+    raise RequestFailed(
+        f"HTTP {status}: {message}",
+        retryable=status in RETRY_STATUSES or status >= 500,
+        stop=status in STOP_STATUSES,
+        retry_after_s=retry_after_s(headers_in.get("retry-after")),
+    )
+
+
+async def serve_request(
+    engine: OpenAIEngine,
+    client: httpx.AsyncClient,
+    request: Request,
+    relquery_id: str,
+    style: str,
+    state: RunState,
+    start: float,
+) -> Response:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + engine.request_deadline_s
+    body, headers = engine.body(request, style), engine._headers(relquery_id)
+    last, notes, tries, out_of_time = "not attempted", "", 0, False
+    for attempt in range(engine.max_retries + 1):
+        budget = min(engine.timeout_s, deadline - loop.time())
+        if budget <= 0:
+            out_of_time = True
+            break
+        tries += 1
+        try:
+            async with asyncio.timeout(budget):
+                got = await post_once(engine, client, body, request.id, headers)
+        except TimeoutError:
+            failure = RequestFailed(
+                f"timed out after {budget:.3g}s (no complete reply; hard wall-clock deadline)",
+                retryable=True,
+                dead=True,
+            )
+        except RequestFailed as exc:
+            failure = exc
+        else:
+            state.consecutive_dead = 0
+            elapsed = time.perf_counter() - start
+            if got.cached_tokens is None:
+                engine._warn_no_cached_tokens(style)
+            return Response(
+                request.id,
+                got.text,
+                got.prompt_tokens,
+                got.cached_tokens or 0,
+                got.output_tokens,
+                elapsed,
+                elapsed,
+                cached_tokens_known=got.cached_tokens is not None,
+            )
+        last = str(failure)
+        _count_failure(engine, failure, state, last)
+        if state.stop_reason is not None or not failure.retryable:
+            break
+        if attempt == engine.max_retries:
+            break
+        delay = engine._backoff_s(attempt, failure.retry_after_s)
+        if failure.retry_after_s is not None and failure.retry_after_s > engine.max_backoff_s:
+            notes = (
+                f" (the server asked to wait Retry-After {failure.retry_after_s:g}s, above "
+                f"max_backoff_s={engine.max_backoff_s:g}s; waited {delay:g}s)"
+            )
+            log.warning("request %s: %s", request.id, notes.strip(" ()"))
+        if loop.time() + delay >= deadline:
+            out_of_time = True
+            break
+        log.info(
+            "request %s attempt %d/%d failed (%s); retrying in %.2fs",
+            request.id, attempt + 1, engine.max_retries + 1, last, delay,
+        )  # fmt: skip
+        try:
+            await asyncio.wait_for(state.stopped.wait(), delay)
+            break  # the run stopped while this request waited
+        except TimeoutError:
+            pass
+    within = (
+        f" within the request deadline of {engine.request_deadline_s:g}s" if out_of_time else ""
+    )
+    plural = "s" if tries != 1 else ""
+    error = f"failed after {tries} attempt{plural}{within}: {last}{notes}"
+    return failed_response(request.id, error, start)
+
+
+def _count_failure(
+    engine: OpenAIEngine, failure: RequestFailed, state: RunState, last: str
+) -> None:
+    if failure.stop:
+        state.stop(f"stopped after {last} (check the API key; it is not shown)")
+        return
+    if not failure.dead:
+        state.consecutive_dead = 0
+        return
+    state.consecutive_dead += 1
+    n = engine.breaker_failures
+    if n and state.consecutive_dead >= n:
+        state.stop(
+            f"circuit breaker open after {n} consecutive connection failures or timeouts "
+            f"at {engine.base_url} (last: {last})"
+        )
+
+
+def failed_response(request_id: str, error: str, start: float) -> Response:
+    elapsed = time.perf_counter() - start
+    return Response(request_id, "", 0, 0, 0, elapsed, elapsed, error=error)

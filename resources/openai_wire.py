@@ -1,0 +1,281 @@
+"""What travels between `OpenAIEngine` and an OpenAI-compatible server, checked both ways.
+
+Pure functions, no I/O:
+
+- `completion_from_reply(data, chat=..., request_id=...)` validates one HTTP 200 body and
+  returns a `Completion`, or raises `MalformedReply` naming the request and what was wrong.
+  Accepted: a JSON object whose `choices` is a list of exactly one object (the engine asks
+  for n=1) whose `text` (or chat `message.content`) is a string, and whose `usage` holds
+  integer `prompt_tokens` and `completion_tokens` in [0, 2**63). `cached_tokens`
+  (`usage.prompt_tokens_details.cached_tokens`) is optional (None = the server does not
+  report it); when present it is an integer in [0, prompt_tokens]. Nothing else is accepted:
+  no number or null text, no bool counts, no silent first-of-several choices.
+- `structured_fields(spec, style)`: the body fields that carry an `OutputSpec` in the form
+  each server understands (`SERVER_STYLES`).
+- `Redactor`: removes every fragment of 8 or more characters of a secret, in any letter
+  case, from a text (shorter secrets: every whole occurrence).
+- `split_url_credentials(url)`: the URL without `user:password@`, and the credentials.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from llm_assets.output_spec import OutputSpec
+
+__all__ = [
+    "MAX_TOKEN_COUNT",
+    "NO_CACHED_TOKENS_ADVICE",
+    "SERVER_STYLES",
+    "Completion",
+    "MalformedReply",
+    "Redactor",
+    "completion_from_reply",
+    "error_message",
+    "retry_after_s",
+    "split_url_credentials",
+    "structured_fields",
+]
+
+MAX_TOKEN_COUNT = 2**63
+"""Token counts must be below this (they are stored as 64-bit integers)."""
+
+SERVER_STYLES: tuple[str, ...] = ("auto", "vllm", "vllm-guided", "llamacpp", "openai", "none")
+"""How an `OutputSpec` travels, per server: vLLM >= 0.10's `structured_outputs` object,
+older vLLM's `guided_*` fields, llama.cpp's `grammar` / `json_schema`, a hosted OpenAI-style
+API's `response_format` (JSON only), or not at all. `auto` asks the server (llama.cpp answers
+`GET /props`) and falls back to `vllm`."""
+
+STYLE_ALIASES = {"structured_outputs": "vllm", "guided": "vllm-guided"}
+"""Older names of the styles, still accepted."""
+
+NO_CACHED_TOKENS_ADVICE = {
+    "vllm": "start vLLM with --enable-prompt-tokens-details",
+    "vllm-guided": "start vLLM with --enable-prompt-tokens-details",
+    "llamacpp": "llama.cpp's C++ llama-server reports it; the Python llama_cpp.server does not",
+    "openai": "this API does not report it, so cache hits and cached-input discounts are unknown",
+    "none": "this server does not report it, so cache hits are unknown",
+}
+
+
+class MalformedReply(ValueError):
+    """An HTTP 200 whose body is not a well-formed completion."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A validated completion: its text and token counts (`cached_tokens` None: unreported)."""
+
+    text: str
+    prompt_tokens: int
+    cached_tokens: int | None
+    output_tokens: int
+
+
+def _count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MalformedReply(f"{where} is {_show(value)}, not an integer")
+    if not 0 <= value < MAX_TOKEN_COUNT:
+        raise MalformedReply(f"{where} is {_show(value)}, outside [0, 2**63)")
+    return value
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def completion_from_reply(data: Any, *, chat: bool, request_id: str) -> Completion:
+    """The `Completion` in `data` (a parsed JSON body), or `MalformedReply` naming
+    `request_id` and the first thing wrong (see the module docstring)."""
+    try:
+        return _completion(data, chat)
+    except MalformedReply as exc:
+        raise MalformedReply(f"request {request_id}: {exc}") from None
+
+
+def _completion(data: Any, chat: bool) -> Completion:
+    if not isinstance(data, dict):
+        raise MalformedReply(f"body is {type(data).__name__}, not a JSON object")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        shown = f"{len(choices)} entries" if isinstance(choices, list) else _show(choices)
+        raise MalformedReply(f"choices has {shown}; expected one object (n=1)")
+    choice = choices[0]
+    if chat:
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, dict) else None
+        where = "choices[0].message.content"
+    else:
+        text, where = choice.get("text"), "choices[0].text"
+    if not isinstance(text, str):
+        raise MalformedReply(f"{where} is {_show(text)}, not a string")
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        raise MalformedReply(f"usage is {_show(usage)}, not an object")
+    prompt = _count(usage.get("prompt_tokens"), "usage.prompt_tokens")
+    output = _count(usage.get("completion_tokens"), "usage.completion_tokens")
+    details = usage.get("prompt_tokens_details")
+    cached = None
+    if isinstance(details, dict) and details.get("cached_tokens") is not None:
+        cached = _count(details["cached_tokens"], "usage.prompt_tokens_details.cached_tokens")
+        if cached > prompt:
+            raise MalformedReply(f"cached_tokens {cached} exceeds prompt_tokens {prompt}")
+    elif details is not None and not isinstance(details, dict):
+        raise MalformedReply(f"usage.prompt_tokens_details is {_show(details)}, not an object")
+    return Completion(text, prompt, cached, output)
+
+
+# -- structured outputs per server -----------------------------------------------------------
+
+
+def _gbnf_literal(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+NUMBER_GRAMMAR = 'root ::= "-"? [0-9]+ ("." [0-9]+)?'
+NON_NEGATIVE_GRAMMAR = 'root ::= [0-9]+ ("." [0-9]+)?'
+
+
+def structured_fields(spec: OutputSpec, style: str) -> dict[str, Any]:
+    """Body fields that constrain the answer to `spec` on a server of `style` (a resolved
+    style, not `auto`). A number range travels as a regex (vLLM) or grammar (llama.cpp) for a
+    number and is checked again downstream by `OutputSpec.violation`; a regex has no llama.cpp
+    or OpenAI form and travels unconstrained (checked downstream)."""
+    from resources.vllm_engine import structured_outputs_for
+
+    style = STYLE_ALIASES.get(style, style)
+    structured = structured_outputs_for(spec)
+    if structured is None or style == "none":
+        return {}
+    if style == "vllm":
+        return {"structured_outputs": structured}
+    ((kind, value),) = structured.items()
+    if style == "vllm-guided":
+        if kind == "json_object":
+            return {"response_format": {"type": "json_object"}}
+        return {f"guided_{kind}": value}
+    if style == "llamacpp":
+        if spec.kind == "choice":
+            return {"grammar": "root ::= " + " | ".join(_gbnf_literal(v) for v in spec.values)}
+        if spec.kind == "number":
+            negative = spec.lo is not None and spec.lo < 0
+            return {"grammar": NUMBER_GRAMMAR if negative else NON_NEGATIVE_GRAMMAR}
+        if spec.kind == "json":
+            return {"json_schema": spec.schema or {"type": "object"}}
+        return {}
+    if style == "openai":
+        if spec.kind != "json":
+            return {}
+        if not spec.schema:
+            return {"response_format": {"type": "json_object"}}
+        schema = {"name": "answer", "schema": spec.schema}
+        return {"response_format": {"type": "json_schema", "json_schema": schema}}
+    raise ValueError(f"unknown server style {style!r}; expected one of {SERVER_STYLES}")
+
+
+# -- secrets ---------------------------------------------------------------------------------
+
+
+class Redactor:
+    """Replaces, in any text, every run of characters covered by an 8-character window that
+    also occurs in one of the secrets (letter case ignored) with `***`; so any fragment of
+    8+ characters of a secret, in any case, disappears. A secret shorter than 8 characters
+    is replaced wherever it occurs whole (any case)."""
+
+    WINDOW = 8
+
+    def __init__(self, secrets: list[str]) -> None:
+        w = self.WINDOW
+        self._grams: set[str] = set()
+        short: list[str] = []
+        for secret in secrets:
+            if not secret:
+                continue
+            s = secret.lower()
+            if len(s) < w:
+                short.append(re.escape(s))
+            else:
+                self._grams.update(s[i : i + w] for i in range(len(s) - w + 1))
+        self._short = re.compile("|".join(short), re.IGNORECASE) if short else None
+
+    def __call__(self, text: str) -> str:
+        if self._grams and len(text) >= self.WINDOW:
+            text = self._mask_fragments(text)
+        if self._short is not None:
+            text = self._short.sub("***", text)
+        return text
+
+    def _mask_fragments(self, text: str) -> str:
+        w, low = self.WINDOW, text.lower()
+        covered = bytearray(len(text))
+        for i in range(len(text) - w + 1):
+            if low[i : i + w] in self._grams:
+                covered[i : i + w] = b"\x01" * w
+        if not any(covered):
+            return text
+        out: list[str] = []
+        i = 0
+        while i < len(text):
+            if covered[i]:
+                while i < len(text) and covered[i]:
+                    i += 1
+                out.append("***")
+            else:
+                out.append(text[i])
+                i += 1
+        return "".join(out)
+
+
+def split_url_credentials(url: str) -> tuple[str, str | None, str | None]:
+    """(`url` without `user:password@`, user, password); user/password None when absent."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None, None
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port is not None else host
+    clean = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return clean, parts.username, parts.password
+
+
+# -- replies that are not completions --------------------------------------------------------
+
+
+def error_message(body: bytes, reason: str) -> str:
+    """The server's error message (OpenAI or vLLM shape), else the start of the body."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body[:200].decode("utf-8", "replace") or reason
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])[:500]
+        if isinstance(error, str):
+            return error[:500]
+        if data.get("message"):
+            return str(data["message"])[:500]
+    return str(data)[:200]
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """Seconds from a `Retry-After` header (delta seconds or an HTTP date), None if absent."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
