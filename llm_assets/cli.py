@@ -277,6 +277,7 @@ def run_command(
     """Run an LLM-SQL query over files: every row answered, skipped or failed, with a summary
     (rows, requests, token hit rate, engine time, cost) as one JSON object on stdout."""
     from llm_assets.pipeline.run import run_query
+    from resources.runner import TooManyErrors
 
     started = time.perf_counter()
     options = query_options(
@@ -292,7 +293,7 @@ def run_command(
     resource, llm = build_engine(engine, gpu, model, policy, not no_prefix_cache)
     try:
         run = run_query(query, frames, options, llm, progress=ProgressBar())
-    except ValueError as exc:
+    except (ValueError, TooManyErrors) as exc:
         fail(str(exc))
     finally:
         llm.close()

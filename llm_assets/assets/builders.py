@@ -20,7 +20,7 @@ from llm_assets.pipeline import stages
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.run import call_max_tokens, plan_stage, retrieve
 from llm_assets.query import LLMCall
-from resources.runner import run_requests
+from resources.runner import raise_if_too_many_errors, run_requests
 
 COMMON = {"options", "gx"}
 
@@ -277,15 +277,9 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
             data=qdef.data_label(_partition(context)),
         )
         context.add_output_metadata(meta)
-        failed, total = metrics["errors"], len(outputs)
-        if total and failed / total > options.max_error_rate:
-            first = outputs["error"].dropna().head(3).tolist()
-            raise RuntimeError(
-                f"{relquery}: {failed} of {total} requests failed "
-                f"({failed / total:.1%} > max_error_rate {options.max_error_rate:.1%}); "
-                f"answered ones are kept in the response cache, a rerun resends only the rest; "
-                f"first errors: {first}"
-            )
+        # A stopped run (wrong key, open breaker) or too many failed requests fails the step
+        # with one line; answered requests are in the response cache, a rerun sends the rest.
+        raise_if_too_many_errors(sent, options.max_error_rate)
         return outputs
 
     return [plan, llm_outputs, *checks.stage_checks(qdef, k, call)]

@@ -226,7 +226,7 @@ def run_query(
     """Run every stage of `query` over `tables` on `engine`. With `send=False` only the first
     LLM stage is planned (nothing is sent; `plan` reports what it would cost)."""
     from llm_assets.planning import order_llm_filters
-    from resources.runner import run_requests
+    from resources.runner import raise_if_too_many_errors, run_requests
 
     filtered = stages.run_filtered(query, tables, options.pushdown)
     base = retrieve(query, tables, filtered, options.retriever) if query.retrievals else filtered
@@ -254,6 +254,7 @@ def run_query(
             chunk_size=max(1, chunk),
             progress=progress(relquery) if progress else None,
         )
+        raise_if_too_many_errors(sent, options.max_error_rate)
         outputs = stages.outputs_frame(plan, sent.responses, call)
         run.stages.append(
             StageRun(call, deduped, plan, outputs, sent.stats, sent.sent, sent.cache_hits)
