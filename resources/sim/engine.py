@@ -48,7 +48,7 @@ from collections.abc import Callable, Sequence
 from operator import attrgetter
 
 from resources.engine import LLMEngine, Request, Response, RunResult, RunStats
-from resources.sim.answers import output_token_count, placeholder_answer
+from resources.sim.answers import output_token_count, output_token_ids, placeholder_answer
 from resources.sim.block_cache import BLOCK_SIZE, BlockPool, block_hashes
 from resources.sim.cost_model import (
     DEFAULT_EFFICIENCY,
@@ -208,10 +208,11 @@ class SimulatedEngine(LLMEngine):
                 f"prompt of {prompt_len} tokens exceeds max_num_batched_tokens="
                 f"{self.max_num_batched_tokens} and {self.policy_name} does not chunk prefills"
             )
-        if -(-(prompt_len + 1) // BLOCK_SIZE) > self.num_kv_blocks - self._watermark:
+        if -(-(prompt_len + 1) // BLOCK_SIZE) > self._pool.num_usable - self._watermark:
             return (
                 f"prompt of {prompt_len} tokens cannot fit the KV cache "
-                f"({self.num_kv_blocks} blocks of {BLOCK_SIZE} tokens)"
+                f"({self.num_kv_blocks} blocks of {BLOCK_SIZE} tokens, one of them vLLM's null "
+                "block)"
             )
         return None
 
@@ -285,7 +286,7 @@ class SimulatedEngine(LLMEngine):
             if reason is not None:
                 seqs.append(None)
                 continue
-            hashes = block_hashes(ids) if caching else []
+            hashes = block_hashes(ids + output_token_ids(answer, n_out)) if caching else []
             seqs.append(
                 SimSeq(
                     i,
