@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from llm_assets.output_spec import OutputSpec
 from resources.engine import Request
 from resources.sim import SimulatedEngine
+from resources.sim.cost_model import CostCoefficients
 
 __all__ = ["SweepPoint", "random_lengths", "simulate_point"]
 
@@ -48,10 +49,11 @@ def simulate_point(
     timing: str | None = None,
     usage: str = "serve",
     seed: int = 0,
+    coefficients: CostCoefficients | None = None,
 ) -> SweepPoint:
     """Median TTFT and TPOT (ms) and output tokens/s of `lengths` through `concurrency`
     clients (random prompts: no prefix-cache hits, as `vllm bench serve --dataset-name
-    random`)."""
+    random`). `coefficients` (e.g. a `fit` of measurements) replace the timing profile."""
     rng = random.Random(seed)
     requests = [
         Request(
@@ -70,6 +72,7 @@ def simulate_point(
         max_num_seqs=concurrency,
         usage=usage,
         timing=timing,
+        coefficients=coefficients,
     )
     result = engine.run("sweep", requests)
     responses = result.responses
