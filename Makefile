@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOME_DIR := $(CURDIR)/.llm_assets
 DAGSTER_HOME ?= $(HOME_DIR)/dagster_home
 
-.PHONY: install demo dev mlflow-ui test lint format clean
+.PHONY: install demo dev mlflow-ui test lint format clean conformance
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,5 +44,20 @@ format: $(STAMP)
 test: lint
 	$(VENV)/bin/pytest -q
 
+# vLLM's own scheduler and KV-cache manager against the simulator (no GPU). vLLM goes into its
+# own venv (a CPU torch comes with it; torchvision/torchaudio/torchcodec are removed, their
+# binaries do not match that torch); the benchmark runs here and calls it as a subprocess.
+CONFORMANCE_VENV ?= .venv-conformance
+CONFORMANCE_STAMP := $(CONFORMANCE_VENV)/.installed
+
+$(CONFORMANCE_STAMP): pyproject.toml
+	test -x $(CONFORMANCE_VENV)/bin/python || $(PYTHON) -m venv $(CONFORMANCE_VENV)
+	$(CONFORMANCE_VENV)/bin/pip install --quiet "$$(sed -n 's/^conformance = \["\(.*\)"\]/\1/p' pyproject.toml)"
+	$(CONFORMANCE_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec || true
+	touch $(CONFORMANCE_STAMP)
+
+conformance: $(STAMP) $(CONFORMANCE_STAMP)
+	$(PY) -m benchmarks.vllm_conformance --vllm-python $(CONFORMANCE_VENV)/bin/python --record-traces
+
 clean:
-	rm -rf $(VENV) .llm_assets .pytest_cache
+	rm -rf $(VENV) $(CONFORMANCE_VENV) .llm_assets .pytest_cache

@@ -1,10 +1,17 @@
-"""Fidelity of the simulated engine against published measurements.
+"""Fidelity of the simulated engine against published measurements, per timing profile.
 
     python -m benchmarks.fidelity [--json PATH]
 
-Writes ``{"checks": {name: {"published", "simulated", "unit", "ratio", "source", ...}}}``
-(default `benchmarks/results/fidelity.json`) and prints a table. Every check uses the same
-profiles and the same global `Efficiency` constants (no per-check tuning).
+Writes ``{"profiles": {profile: {"checks": {name: {"published", "simulated", "unit", "ratio",
+"source", ...}}}}}`` (default `benchmarks/results/fidelity.json`) and prints a table. Each
+timing profile (`resources.sim.cost_model.TIMING_PROFILES`) is checked against its own sources,
+with the same constants for every check of that profile (no per-check tuning):
+
+- "vllm-2024", the early-2024 vLLM of the papers: checks (a)-(d) below;
+- "vllm-2026", today's vLLM: closed-loop concurrency sweeps (`benchmarks.lib.sweep`, vLLM's
+  `vllm serve` batch budgets) against recent published sweeps, with requests of varied lengths
+  where the source's workload varies, so prefill chunks share steps with decodes; each of these
+  checks also gives what the "vllm-2024" profile predicts (`simulated_vllm_2024`).
 
 Workloads are built here from a seeded synthetic generator with the Movies statistics of
 DESIGN.md section 7 (15,018 rows; movie_info avg 407 chars over 68 distinct values;
@@ -39,6 +46,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.lib.sweep import random_lengths, simulate_point
 from llm_assets.output_spec import OutputSpec
 from resources.engine import Request
 from resources.sim import SimulatedEngine
@@ -170,7 +178,9 @@ def run_checks() -> dict[str, dict]:
     checks: dict[str, dict] = {}
 
     # (a) no optimizations: no prefix cache, random order, all rows.
-    no_cache = SimulatedEngine("L4", "llama-2-7b", POLICY, enable_prefix_caching=False)
+    no_cache = SimulatedEngine(
+        "L4", "llama-2-7b", POLICY, enable_prefix_caching=False, timing="vllm-2024"
+    )
     plain = _requests([_classify_prompt(r) for r in rows], CLASSIFY_MAX_TOKENS)
     t_a, hit_a, wall_a = _run(no_cache, plain)
     checks["a_l4_llama2_7b_no_opt_minutes"] = {
@@ -191,7 +201,9 @@ def run_checks() -> dict[str, dict]:
         if prompt not in seen:
             seen.add(prompt)
             grouped.append(prompt)
-    cached = SimulatedEngine("L4", "llama-2-7b", POLICY, enable_prefix_caching=True)
+    cached = SimulatedEngine(
+        "L4", "llama-2-7b", POLICY, enable_prefix_caching=True, timing="vllm-2024"
+    )
     t_b, hit_b, wall_b = _run(cached, _requests(grouped, CLASSIFY_MAX_TOKENS))
     checks["b_l4_llama2_7b_optimized_speedup"] = {
         "published": 30.0 / 8.0,
@@ -205,7 +217,9 @@ def run_checks() -> dict[str, dict]:
     }
 
     # (c) L4 + Llama-3-8B throughput on the unoptimized workload.
-    llama3 = SimulatedEngine("L4", "llama-3-8b", POLICY, enable_prefix_caching=False)
+    llama3 = SimulatedEngine(
+        "L4", "llama-3-8b", POLICY, enable_prefix_caching=False, timing="vllm-2024"
+    )
     t_c, hit_c, wall_c = _run(llama3, plain)
     checks["c_l4_llama3_8b_kb_per_s"] = {
         "published": 6.0,
@@ -223,7 +237,9 @@ def run_checks() -> dict[str, dict]:
         RATING_TEMPLATE.format(movie_info=r.movie_info, review_content=r.review_content)
         for r in table_order
     ]
-    opt = SimulatedEngine("A100-40GB", "opt-13b", POLICY, enable_prefix_caching=True)
+    opt = SimulatedEngine(
+        "A100-40GB", "opt-13b", POLICY, enable_prefix_caching=True, timing="vllm-2024"
+    )
     t_d, hit_d, wall_d = _run(opt, _requests(rating, RATING_MAX_TOKENS))
     checks["d_a100_opt13b_kb_per_s"] = {
         "published": 30.0,
@@ -234,6 +250,74 @@ def run_checks() -> dict[str, dict]:
         "token_hit_rate": hit_d,
         "wall_s": wall_d,
     }
+    for check in checks.values():
+        check["ratio"] = check["simulated"] / check["published"]
+    return checks
+
+
+# -- today's vLLM -----------------------------------------------------------------------------
+INFERENCEBENCH = (
+    "InferenceBench concurrency sweep, H100-80GB-HBM3, vLLM 0.21.0, Llama-3.1-8B-Instruct fp16, "
+    "workload llm.inference.chatbot-short, 2026-05-16 "
+    "(https://yobitelcomm.github.io/bench/recipes/concurrency-sweep/); its lengths are not "
+    "published: simulated with inputs of 64-512 and outputs of 32-256 tokens (uniform, seeded)"
+)
+MUSGRAVE = (
+    "J. Musgrave, vLLM throughput-latency sweep on NVIDIA A100: A100-40GB, vLLM 0.23.0, "
+    "Llama-3.1-8B-Instruct BF16, `vllm bench serve` 1024-token inputs, 128-token outputs, "
+    "C*20 prompts (https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on)"
+)
+# concurrency -> (TTFT p50 ms, TPOT p50 ms, output tok/s), the source's table.
+INFERENCEBENCH_H100 = {
+    1: (13.98, 6.48, 122.2),
+    4: (22.75, 6.59, 580.3),
+    16: (41.69, 10.94, 1384.2),
+    64: (86.92, 46.91, 1312.3),
+}
+CURRENT = "vllm-2026"
+
+
+def _sweep(gpu: str, concurrency: int, lengths, timing: str) -> dict:
+    return simulate_point(gpu, "llama-3-8b", concurrency, lengths, timing=timing)
+
+
+def run_current_checks() -> dict[str, dict]:
+    """The "vllm-2026" profile against recent published sweeps (and "vllm-2024" beside it)."""
+    checks: dict[str, dict] = {}
+    points = {}
+    for timing in (CURRENT, "vllm-2024"):
+        for c in INFERENCEBENCH_H100:
+            lengths = random_lengths(20 * c, (64, 512), (32, 256), seed=c)
+            points[timing, "h100", c] = _sweep("H100-80GB", c, lengths, timing)
+        for c in (1, 8):
+            points[timing, "a100", c] = _sweep("A100-40GB", c, [(1024, 128)] * (20 * c), timing)
+
+    def add(name: str, published: float, unit: str, source: str, value) -> None:
+        checks[name] = {
+            "published": published,
+            "simulated": value(CURRENT),
+            "simulated_vllm_2024": value("vllm-2024"),
+            "unit": unit,
+            "source": source,
+        }
+
+    def metric(gpu: str, c: int, key: str):
+        return lambda t: points[t, gpu, c][key]
+
+    def over(gpu: str, c: int, base: int, key: str):
+        return lambda t: points[t, gpu, c][key] / points[t, gpu, base][key]
+
+    for c, (ttft, tpot, _) in INFERENCEBENCH_H100.items():
+        tpot_unit, ttft_unit = "ms per output token (p50)", "ms to first token (p50)"
+        add(f"h100_c{c}_tpot_ms", tpot, tpot_unit, INFERENCEBENCH, metric("h100", c, "tpot_ms_p50"))
+        add(f"h100_c{c}_ttft_ms", ttft, ttft_unit, INFERENCEBENCH, metric("h100", c, "ttft_ms_p50"))
+    interference = "x (prefill-decode interference)"
+    add("h100_tpot_c16_over_c1", 10.94 / 6.48, interference, INFERENCEBENCH,
+        over("h100", 16, 1, "tpot_ms_p50"))  # fmt: skip
+    add("a100_c1_tpot_ms", 1000 / 75, "ms per output token (75 tok/s decode)", MUSGRAVE,
+        metric("a100", 1, "tpot_ms_p50"))  # fmt: skip
+    add("a100_throughput_c8_over_c1", 6.6, "x output tokens/s", MUSGRAVE,
+        over("a100", 8, 1, "output_tok_per_s"))  # fmt: skip
     for check in checks.values():
         check["ratio"] = check["simulated"] / check["published"]
     return checks
@@ -254,16 +338,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the JSON")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
-    checks = run_checks()
+    profiles = {"vllm-2024": run_checks(), CURRENT: run_current_checks()}
     out = {
-        "checks": checks,
-        "policy": POLICY,
-        "all_within_0.65_1.35": all(0.65 <= c["ratio"] <= 1.35 for c in checks.values()),
+        "profiles": {
+            name: {
+                "checks": checks,
+                "all_within_0.65_1.35": all(0.65 <= c["ratio"] <= 1.35 for c in checks.values()),
+            }
+            for name, checks in profiles.items()
+        },
+        "policy": {"vllm-2024": POLICY, CURRENT: "vllm-v1 (vllm serve budgets)"},
         "wall_s": time.perf_counter() - t0,
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
-    print(_table(checks))
+    for name, checks in profiles.items():
+        print(f"timing profile {name}:")
+        print(_table(checks))
     print(f"wrote {args.json} ({out['wall_s']:.1f} s wall)")
     return 0
 

@@ -1,0 +1,1 @@
+"""Helpers shared by benchmarks (kept apart from the benchmarks' command-line modules)."""

@@ -24,13 +24,22 @@ import hashlib
 import json
 import math
 import re
+import zlib
 from re import _constants as sre_c  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
 
 from llm_assets.output_spec import OutputSpec
 from resources.sim.tokenizer import Tokenizer
 
-__all__ = ["SIM_TAG", "output_token_count", "placeholder_answer"]
+__all__ = [
+    "SIM_TAG",
+    "output_token_count",
+    "output_token_ids",
+    "placeholder_answer",
+]
+
+_ID_RANGE = 128_000
+_ID_STRIDE = 7919
 
 SIM_TAG = "[sim]"
 _FILLER = (
@@ -179,3 +188,12 @@ def output_token_count(answer: str, spec: OutputSpec, max_tokens: int, tokenizer
     if spec.kind == "text":
         return limit
     return max(1, min(len(tokenizer.encode(answer)) + 1, limit))
+
+
+def output_token_ids(answer: str, num_output: int) -> list[int]:
+    """Stand-in ids of the `num_output` tokens the simulated engine generates for `answer`
+    (only their blocks' hashes matter: a preempted request finds its own output blocks again).
+    A pure function of the answer, so identical prompts generate identical blocks, as greedy
+    decoding does; every id is below Llama 3's vocabulary size, so a real engine accepts them."""
+    seed = zlib.crc32(answer.encode())
+    return [(seed + _ID_STRIDE * i) % _ID_RANGE for i in range(num_output)]

@@ -28,11 +28,13 @@ from resources.sim.profiles import Deployment
 
 __all__ = [
     "DEFAULT_EFFICIENCY",
+    "TIMING_PROFILES",
     "BatchShape",
     "CostCoefficients",
     "Efficiency",
     "coefficients_from_profile",
     "fit",
+    "get_timing_profile",
 ]
 
 
@@ -55,6 +57,40 @@ class Efficiency:
 
 
 DEFAULT_EFFICIENCY = Efficiency()
+
+# Today's vLLM (0.21-0.32, V1 engine: CUDA graphs, FlashAttention 3 / FlashInfer, async output
+# processing), calibrated on published measurements, each with what it pins:
+# - memory 0.81 and step overhead 0.55 ms: solve `weights / (bandwidth * memory) + overhead`
+#   for two single-request decode speeds of Llama-3.1-8B in BF16 (16.06 GB of weights):
+#   6.48 ms per output token on an H100-80GB (InferenceBench concurrency sweep, vLLM 0.21.0,
+#   https://yobitelcomm.github.io/bench/recipes/concurrency-sweep/) and 75 tokens/s on an
+#   A100-40GB (J. Musgrave, "vLLM throughput-latency sweep on NVIDIA A100", vLLM 0.23.0,
+#   1024-token inputs, 128-token outputs, https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on);
+# - matmul 0.70: moved towards the same A100 sweep's 6.6x throughput at 8 concurrent requests
+#   over one (the ratio grows with it); 0.70 is the most we accept, since the cost model adds
+#   a prefill chunk's matmul time to a memory-bound decode step instead of overlapping the two,
+#   so it reaches 5.9x there (`benchmarks.fidelity` reports the gap and every other point).
+# The rest keep the early-2024 values (no published figure we found pins them apart).
+CURRENT_EFFICIENCY = Efficiency(matmul=0.70, memory=0.81, step_overhead_s=0.00055)
+
+TIMING_PROFILES: dict[str, Efficiency] = {
+    "vllm-2024": DEFAULT_EFFICIENCY,
+    "vllm-2026": CURRENT_EFFICIENCY,
+}
+"""Timing profiles by name: "vllm-2024" is the early-2024 vLLM both papers ran (a fixed 4 ms
+step overhead, 40% of peak in the linear layers; `benchmarks.fidelity` checks (a)-(d) against
+the papers' figures) and the default; "vllm-2026" is today's vLLM (see `CURRENT_EFFICIENCY`;
+`benchmarks.fidelity` checks it against the measurements it cites)."""
+
+
+def get_timing_profile(name: str) -> Efficiency:
+    """The `Efficiency` of a timing profile by name; ValueError lists the names."""
+    try:
+        return TIMING_PROFILES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown timing profile {name!r}; expected one of {sorted(TIMING_PROFILES)}"
+        ) from None
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,14 @@ Public API (what the asset layer and the OpenAI-compatible server in `resources/
 use):
 
 - ``SimulatedEngine(gpu="L4", model="llama-2-7b", policy="vllm-v1", enable_prefix_caching=True,
-  max_num_seqs=256, max_num_batched_tokens=None, tokenizer=None, gpu_memory_utilization=0.9,
+  max_num_seqs=None, max_num_batched_tokens=None, tokenizer=None, gpu_memory_utilization=0.9,
   tensor_parallel_size=None, efficiency=DEFAULT_EFFICIENCY, coefficients=None,
-  num_gpu_blocks_override=None)``; `coefficients` replaces the profile-derived cost model (e.g. a
-  `fit` of measurements), `num_gpu_blocks_override` the derived KV capacity (as vLLM's flag).
+  num_gpu_blocks_override=None, preemption_order="recent", usage="offline", timing=None)``;
+  `coefficients` replaces the profile-derived cost model (e.g. a `fit` of measurements),
+  `num_gpu_blocks_override` the derived KV capacity (as vLLM's flag; block 0 is vLLM's null
+  block), `timing` names a timing profile (`cost_model.TIMING_PROFILES`: "vllm-2024", the
+  papers' vLLM and the default, or "vllm-2026", today's) instead of `efficiency`, `usage`
+  ("offline" or "serve") picks vLLM's default batch budgets for the `LLM` class or `vllm serve`.
 - ``run(relquery_id, requests, progress=None) -> RunResult``: simulate one batch (all requests
   arrive at t=0, admitted in submission order); one `Response` per request, in order.
 - ``generate(requests, progress=None) -> list[Response]``: the same, responses only (for the
@@ -32,8 +36,10 @@ calls, like a running vLLM server; `reset_cache()` empties it.
 
 `run` is thread-safe: one lock serialises runs (the server may call it from several threads).
 Defaults follow vLLM: `max_num_batched_tokens` is max(max_model_len, 2048) for vllm-v0 (no
-chunked prefill) and 8192 for vllm-v1 (16384 on GPUs with >= 70 GiB), `max_num_seqs` 256; a
-policy with its own fixed `token_budget` (sarathi) uses that. `preemption_order` ("recent", as
+chunked prefill), otherwise vLLM 0.32's per-GPU default for the usage, with `max_num_seqs`
+(`profiles.vllm_default_budgets`: offline 256 / 8192 on L4 and A100, 1024 / 16384 on H100 and
+H200; `vllm serve` 2048 and 8192 tokens); a policy with its own fixed `token_budget` (sarathi)
+uses that. `preemption_order` ("recent", as
 vLLM, or "keep-long", InferMax §6) picks the running request evicted when KV blocks run out.
 Requests whose prompt plus one output token exceeds the context length, or which could never fit
 the KV cache or the token budget, come back with `error` set (never dropped).
@@ -48,16 +54,17 @@ from collections.abc import Callable, Sequence
 from operator import attrgetter
 
 from resources.engine import LLMEngine, Request, Response, RunResult, RunStats
-from resources.sim.answers import output_token_count, placeholder_answer
+from resources.sim.answers import output_token_count, output_token_ids, placeholder_answer
 from resources.sim.block_cache import BLOCK_SIZE, BlockPool, block_hashes
 from resources.sim.cost_model import (
     DEFAULT_EFFICIENCY,
     CostCoefficients,
     Efficiency,
     coefficients_from_profile,
+    get_timing_profile,
 )
 from resources.sim.policies import PREEMPTION_ORDERS, ScheduleContext, SimSeq, get_policy
-from resources.sim.profiles import Deployment, resolve_deployment
+from resources.sim.profiles import Deployment, resolve_deployment, vllm_default_budgets
 from resources.sim.relquery import (
     RelQuery,
     RelQueryResult,
@@ -70,7 +77,6 @@ __all__ = ["SimulatedEngine"]
 
 Progress = Callable[[int, int], None]
 _V0_WATERMARK = 0.01
-_LARGE_GPU_BYTES = 70 * 1024**3
 _computed = attrgetter("num_computed")
 
 
@@ -85,7 +91,7 @@ class SimulatedEngine(LLMEngine):
         model: str = "llama-2-7b",
         policy: str = "vllm-v1",
         enable_prefix_caching: bool = True,
-        max_num_seqs: int = 256,
+        max_num_seqs: int | None = None,
         max_num_batched_tokens: int | None = None,
         tokenizer: Tokenizer | str | None = None,
         gpu_memory_utilization: float = 0.9,
@@ -94,6 +100,8 @@ class SimulatedEngine(LLMEngine):
         coefficients: CostCoefficients | None = None,
         num_gpu_blocks_override: int | None = None,
         preemption_order: str = "recent",
+        usage: str = "offline",
+        timing: str | None = None,
     ) -> None:
         if preemption_order not in PREEMPTION_ORDERS:
             raise ValueError(
@@ -106,24 +114,27 @@ class SimulatedEngine(LLMEngine):
         )
         self._policy = get_policy(policy)
         self.policy_name: str = self._policy.name
+        chunked = getattr(self._policy, "enable_chunked_prefill", True)
+        default_seqs, default_tokens = vllm_default_budgets(self.deployment.hardware, usage)
+        max_num_seqs = default_seqs if max_num_seqs is None else max_num_seqs
         if max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
-        chunked = getattr(self._policy, "enable_chunked_prefill", True)
         if max_num_batched_tokens is None:
             if getattr(self._policy, "token_budget", None):
                 max_num_batched_tokens = int(self._policy.token_budget)
             elif not chunked:
                 max_num_batched_tokens = max(self.deployment.model.max_model_len, 2048)
-            elif self.deployment.hardware.memory_bytes >= _LARGE_GPU_BYTES:
-                max_num_batched_tokens = 16384
             else:
-                max_num_batched_tokens = 8192
+                max_num_batched_tokens = default_tokens
         if max_num_batched_tokens < 1:
             raise ValueError(f"max_num_batched_tokens must be >= 1, got {max_num_batched_tokens}")
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.enable_chunked_prefill = chunked
         self.enable_prefix_caching = enable_prefix_caching
+        if timing is not None:
+            efficiency = get_timing_profile(timing)
+        self.timing = timing
         self.coefficients: CostCoefficients = coefficients or coefficients_from_profile(
             self.deployment, efficiency
         )
@@ -208,10 +219,11 @@ class SimulatedEngine(LLMEngine):
                 f"prompt of {prompt_len} tokens exceeds max_num_batched_tokens="
                 f"{self.max_num_batched_tokens} and {self.policy_name} does not chunk prefills"
             )
-        if -(-(prompt_len + 1) // BLOCK_SIZE) > self.num_kv_blocks - self._watermark:
+        if -(-(prompt_len + 1) // BLOCK_SIZE) > self._pool.num_usable - self._watermark:
             return (
                 f"prompt of {prompt_len} tokens cannot fit the KV cache "
-                f"({self.num_kv_blocks} blocks of {BLOCK_SIZE} tokens)"
+                f"({self.num_kv_blocks} blocks of {BLOCK_SIZE} tokens, one of them vLLM's null "
+                "block)"
             )
         return None
 
@@ -285,7 +297,7 @@ class SimulatedEngine(LLMEngine):
             if reason is not None:
                 seqs.append(None)
                 continue
-            hashes = block_hashes(ids) if caching else []
+            hashes = block_hashes(ids + output_token_ids(answer, n_out)) if caching else []
             seqs.append(
                 SimSeq(
                     i,

@@ -25,10 +25,17 @@ __all__ = [
     "ModelProfile",
     "get_hardware",
     "get_model",
+    "USAGES",
     "resolve_deployment",
+    "vllm_default_budgets",
 ]
 
 _MIB = 1024 * 1024
+_GIB = 1024 * _MIB
+
+USAGES = ("offline", "serve")
+"""How vLLM is run: `offline` (the `LLM` class) or `serve` (`vllm serve`, the OpenAI server);
+they get different default batch budgets (`vllm_default_budgets`)."""
 
 
 @dataclass(frozen=True)
@@ -205,3 +212,23 @@ def resolve_deployment(
             "raise tensor_parallel_size or gpu_memory_utilization"
         )
     return dep
+
+
+def vllm_default_budgets(hardware: HardwareProfile, usage: str = "offline") -> tuple[int, int]:
+    """vLLM's default (`max_num_seqs`, `max_num_batched_tokens`) with chunked prefill on this
+    GPU (vLLM 0.32 `EngineArgs._set_default_max_num_seqs_and_batched_tokens_args`):
+
+    | GPU memory                    | offline (`LLM`) | `vllm serve`  |
+    |-------------------------------|-----------------|---------------|
+    | >= 160 GiB (B200, B300)       | 1024, 16384     | 1024, 16384   |
+    | >= 70 GiB, not an A100 (H100, H200) | 1024, 16384 | 1024, 8192  |
+    | otherwise (L4, A100)          | 256, 8192       | 256, 2048     |
+    """
+    if usage not in USAGES:
+        raise ValueError(f"unknown usage {usage!r}; expected one of {list(USAGES)}")
+    serve = usage == "serve"
+    if hardware.memory_bytes >= 160 * _GIB:
+        return 1024, 16384
+    if hardware.memory_bytes >= 70 * _GIB and "a100" not in hardware.name.lower():
+        return 1024, 8192 if serve else 16384
+    return 256, 2048 if serve else 8192

@@ -932,9 +932,11 @@ def build_engine(
     enable_prefix_caching: bool = True,
     **kwargs: Any,
 ) -> LLMEngine:
-    """A `SimulatedEngine` (imported here, so this module loads without the simulator)."""
+    """A `SimulatedEngine` (imported here, so this module loads without the simulator) with
+    `vllm serve`'s default batch budgets unless `usage` or the budgets are given."""
     from resources.sim.engine import SimulatedEngine
 
+    kwargs.setdefault("usage", "serve")
     return SimulatedEngine(
         gpu=gpu,
         model=model,

@@ -90,7 +90,8 @@ class SimSeq:
         self.relquery_id = relquery_id
         self.prompt_len = prompt_len
         self.hashes = hashes
-        """Chained hashes of the prompt's full blocks."""
+        """Chained hashes of the full blocks of the prompt followed by the whole output (only
+        those within the first `num_tokens` tokens are ever looked up or registered)."""
         self.num_output = num_output
         """Output tokens this request will generate (>= 1)."""
         self.num_tokens = prompt_len
@@ -170,18 +171,25 @@ class ScheduleContext:
         num_new_tokens: int,
         computed_blocks: list[int] | None = None,
         use_watermark: bool = False,
+        full_sequence_must_fit: bool = False,
     ) -> bool:
         """Reserve blocks so `seq` can compute `num_new_tokens` more tokens (vLLM v1's
         `allocate_slots`). For an admission, `computed_blocks` are its cache hits: they are
-        referenced and `seq.num_computed` jumps to cover them. False (nothing changed) when
-        the free queue is too short."""
+        referenced and `seq.num_computed` jumps to cover them. With `full_sequence_must_fit`
+        (vLLM v1's admission gate, `scheduler_reserve_full_isl`) the free queue must also hold
+        the blocks of all `seq.num_tokens` tokens, though only the chunk's are taken. False
+        (nothing changed) when the free queue is too short."""
         pool = self.pool
         computed = computed_blocks or []
         num_computed = seq.num_computed + len(computed) * BLOCK_SIZE
-        required = -(-(num_computed + num_new_tokens) // BLOCK_SIZE)
-        num_new_blocks = required - len(seq.blocks) - len(computed)
         evictable = pool.num_evictable(computed) if computed else 0
         reserve = self.watermark_blocks if use_watermark else 0
+        held = len(seq.blocks) + len(computed)
+        if full_sequence_must_fit:
+            whole = -(-seq.num_tokens // BLOCK_SIZE) - held
+            if max(whole, 0) + evictable + reserve > pool.num_free:
+                return False
+        num_new_blocks = -(-(num_computed + num_new_tokens) // BLOCK_SIZE) - held
         if max(num_new_blocks, 0) + evictable + reserve > pool.num_free:
             return False
         if computed:
@@ -195,10 +203,11 @@ class ScheduleContext:
         return True
 
     def register(self, seq: SimSeq, num_tokens: int) -> None:
-        """Key `seq`'s full prompt blocks within its first `num_tokens` tokens in the cache."""
+        """Key `seq`'s full blocks within its first `num_tokens` tokens in the cache (prompt and
+        generated tokens alike, as vLLM; never beyond the tokens known so far)."""
         if seq.num_registered >= len(seq.hashes):
             return
-        full = min(num_tokens, seq.prompt_len, len(seq.hashes) * BLOCK_SIZE) // BLOCK_SIZE
+        full = min(num_tokens, seq.num_tokens, len(seq.hashes) * BLOCK_SIZE) // BLOCK_SIZE
         if full > seq.num_registered:
             self.pool.register(
                 seq.blocks[seq.num_registered : full], seq.hashes[seq.num_registered : full]

@@ -5,7 +5,9 @@ admission order) gets its remaining tokens, capped by the budget (a decode needs
 prefilled prompt its next chunk); if its blocks cannot be allocated, the last running request is
 preempted (recompute, back to the waiting front) until it fits or it is itself the victim. Then,
 only if nothing was preempted this iteration, waiting requests are admitted in order, each with
-its uncached tokens chunked to the remaining budget, while a sequence slot and blocks are free.
+its uncached tokens chunked to the remaining budget, while a sequence slot is free and the KV
+cache has blocks for the request's whole sequence (vLLM's `scheduler_reserve_full_isl`, on by
+default), not just for its first chunk.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ class VLLMv1Policy:
             seq = waiting[0]
             computed = ctx.lookup(seq)
             num_new = min(seq.num_tokens - len(computed) * 16, budget)
-            if not ctx.allocate(seq, num_new, computed):
+            if not ctx.allocate(seq, num_new, computed, full_sequence_must_fit=True):
                 break
             waiting.popleft()
             running.append(seq)

@@ -78,4 +78,4 @@ def test_preemption_when_capacity_is_tiny_and_everything_completes(policy: str) 
     assert eng.last_run_info["num_preemptions"] > 0
     assert all(r.ok and r.output_tokens == 40 for r in result.responses)
     assert all(0 < r.ttft_s <= r.finish_s <= result.stats.engine_time_s for r in result.responses)
-    assert eng.cache_stats()["num_free_blocks"] == 10  # everything returned to the pool
+    assert eng.cache_stats()["num_free_blocks"] == 9  # everything but the null block returned
