@@ -65,7 +65,7 @@ def movie_prompts(rows: int | None) -> dict[str, dict[str, list[str]]]:
     import pandas as pd
 
     from llm_assets.optimizer.prompts import plan_prompts
-    from llm_assets.queries import SYSTEM_PROMPTS, compile_query
+    from llm_assets.benchmark_queries import SYSTEM_PROMPTS, compile_query
 
     if not MOVIES.exists():
         raise SystemExit(f"{MOVIES} is absent: the conformance workload is built from it")
