@@ -1,11 +1,11 @@
 """`relserve-v1`: RelServe's relQuery priorities on vLLM v1's batch formation (not in the paper).
 
-What the optimum showed (benchmarks/results/scheduler.md, "Gap to the optimum"): on small
-workloads the optimal schedules finish relQueries shortest-remaining-first, as RelServe does,
-but they also mix decodes of running requests into the iterations that prefill the next
-relQuery, whereas RelServe, on vLLM v0, alternates whole-prompt prefill batches and decode
-batches and pays the per-iteration cost (reading the weights) twice as often. `vllm-v1` mixes
-them but serves in arrival order. This policy is both: vLLM v1 under
+Why: on the small workloads of benchmarks/results/scheduler.md ("Gap to the optimum") the
+policies on vLLM v0's batches (fcfs, static-priority, relserve: whole-prompt prefill batches
+and decode batches, never mixed) are further from the optimum than vLLM v1's mixed, chunked
+batches, whose iterations, like the optimum's time steps, carry prefill and decode work
+together; on the large workloads RelServe's shortest-remaining-first order is what cuts the
+mean. `vllm-v1` mixes batches but serves in arrival order. This policy is both: vLLM v1 under
 `scheduling_policy="priority"`:
 
 1. the Dynamic Priority Updater (`updater.DynamicPriorityUpdater`: PEM with prefix sharing

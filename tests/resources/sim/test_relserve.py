@@ -15,7 +15,7 @@ from resources.sim.relquery import RelQuery
 from resources.sim.workload import WorkloadConfig, generate_workload
 from tests.resources.sim.helpers import IntTokenizer, prompt
 
-ALL = ["fcfs", "vllm-v1", "sarathi", "static-priority", "relserve"]
+ALL = ["fcfs", "vllm-v1", "sarathi", "static-priority", "relserve", "relserve-v1"]
 
 
 def rq(rid: str, first: int, n: int, arrival: float, length: int = 100, out: int = 20):
@@ -58,7 +58,7 @@ def preemption_case():
 def test_preemption_case_per_policy(policy: str) -> None:
     res = serve(policy, preemption_case(), blocks=400)
     long, short = res.timings
-    if policy in ("static-priority", "relserve"):
+    if policy in ("static-priority", "relserve", "relserve-v1"):
         # priority policies serve the short relQuery at once (shortest first is right)
         assert short.finish_s < long.finish_s and short.waiting_s < 0.6
     else:
