@@ -317,7 +317,8 @@ FIDELITY_NOTES = [
     "The overhead work (incremental decoding stats, cached per-relQuery lists, shared "
     "prefix-cache look-ups, bounded arranger decisions) changes no decision either: "
     "`tests/resources/sim/test_relserve_overhead.py` pins per-relQuery latencies, case counts, "
-    "iterations and preemptions to those of the implementation before it.",
+    "iterations and preemptions to those of the implementation before it (the 0.5 s/request "
+    "row re-recorded for issue 15's starvation rule).",
     "",
 ]
 
