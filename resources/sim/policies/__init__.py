@@ -6,7 +6,8 @@
 - `vllm-v1`: vLLM v1, decode first, chunked prefill (8,192-token budget);
 - `sarathi`: Sarathi-Serve, decode first, chunked prefill with a fixed 512-token budget;
 - `static-priority`: vLLM-SP, relQuery priority from Eq. 6-7 computed once at arrival;
-- `relserve`: RelServe's Dynamic Priority Updater and Adaptive Batch Arranger.
+- `relserve`: RelServe's Dynamic Priority Updater and Adaptive Batch Arranger;
+- `relserve-v1`: RelServe's priorities on vLLM v1's batch formation (mixed, chunked).
 
 The preemption order ("recent" or InferMax's "keep-long") is an engine option usable with any
 of them (`SimulatedEngine(preemption_order=...)`).
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from resources.sim.policies.base import PREEMPTION_ORDERS, Batch, Policy, ScheduleContext, SimSeq
 from resources.sim.policies.fcfs import FCFSPolicy
 from resources.sim.policies.relserve import RelServeConfig, RelServePolicy
+from resources.sim.policies.relserve_v1 import RelServeV1Policy
 from resources.sim.policies.sarathi import SarathiPolicy
 from resources.sim.policies.static_priority import StaticPriorityConfig, StaticPriorityPolicy
 from resources.sim.policies.vllm_v0 import VLLMv0Policy
@@ -32,6 +34,7 @@ __all__ = [
     "Policy",
     "RelServeConfig",
     "RelServePolicy",
+    "RelServeV1Policy",
     "SarathiPolicy",
     "ScheduleContext",
     "SimSeq",
@@ -50,6 +53,7 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "sarathi": SarathiPolicy,
     "static-priority": StaticPriorityPolicy,
     "relserve": RelServePolicy,
+    "relserve-v1": RelServeV1Policy,
 }
 """Policy factories by name."""
 

@@ -136,6 +136,17 @@ class RelQueryQueue:
             self._order.pop(0)
         return seq
 
+    def pop_first(self, rid: str) -> SimSeq:
+        """`popleft` of relQuery `rid`'s requests, wherever it stands in the order."""
+        group = self._groups[rid]
+        seq = group.popleft()
+        self._len -= 1
+        self.stamp[rid] = self.stamp.get(rid, 0) + 1
+        if not group:
+            del self._groups[rid]
+            self._order.remove(rid)
+        return seq
+
     # -- priority interface ----------------------------------------------------------------------
     def set_priority(self, rid: str, value: float) -> None:
         if self.priority.get(rid) != value:

@@ -6,10 +6,11 @@ Each iteration (Fig. 6, steps 2-4):
 2. both queues are ordered by (priority, arrival) (`priority.RelQueryQueue`, `sort_running`);
 3. the arranger (`arranger.AdaptiveBatchArranger`) forms the prefill candidate (one relQuery,
    whole prompts) and decides prefill or decode (Eq. 14-17). RelServe's "preemption" pauses
-   the running relQueries' decoding (§4.3); it does not evict their KV cache. Only a starving
-   relQuery (priority 0 by Eq. 13) that cannot be admitted for want of KV blocks makes vLLM's
-   priority preemption evict running requests of lower priority (recompute), so that the
-   starvation threshold holds (`RelServeConfig.enable_starvation_preemption`);
+   the running relQueries' decoding (§4.3); it does not evict their KV cache. With a starvation
+   threshold, an iteration with due relQueries (Eq. 13, `DynamicPriorityUpdater.due`) is a
+   *start batch* instead: the first waiting request of every due relQuery, earliest deadline
+   first, while the token budget lasts, evicting lower-priority running requests (recompute)
+   when KV blocks or sequence slots are short (`RelServeConfig.enable_starvation_preemption`);
 4. the chosen batch is formed with vLLM v0's steps (`priority.prefill_step` / `decode_step`).
 
 5. the updater's bookkeeping for the next iteration (`DynamicPriorityUpdater.after_batch`).
@@ -27,15 +28,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from resources.sim.block_cache import BLOCK_SIZE
 from resources.sim.policies.arranger import AdaptiveBatchArranger, ArrangerConfig
 from resources.sim.policies.base import Batch, ScheduleContext, SimSeq
-from resources.sim.policies.priority import (
-    RelQueryQueue,
-    decode_step,
-    prefill_step,
-    priority_preemption,
-    sort_running,
-)
+from resources.sim.policies.priority import RelQueryQueue, decode_step, prefill_step, sort_running
 from resources.sim.policies.updater import DynamicPriorityUpdater, UpdaterConfig
 
 __all__ = ["RelServeConfig", "RelServePolicy"]
@@ -50,8 +46,8 @@ class RelServeConfig:
     arranger: ArrangerConfig = field(default_factory=ArrangerConfig)
     """Adaptive Batch Arranger settings (the transitional-case arrangement)."""
     enable_starvation_preemption: bool = True
-    """Let a starving relQuery evict lower-priority running requests when KV blocks are short
-    (vLLM's priority preemption, for starving relQueries only)."""
+    """Let a due relQuery's first request evict lower-priority running requests when KV blocks
+    or sequence slots are short (recompute, as vLLM's priority preemption)."""
 
 
 class RelServePolicy:
@@ -99,14 +95,14 @@ class RelServePolicy:
         t1 = time.perf_counter()
         self._queue_s += t1 - t0
         arranger = self.arranger
-        if (
-            waiting
-            and self.config.enable_starvation_preemption
-            and waiting.priority[waiting[0].relquery_id] == 0.0
-            and arranger.head_candidate(waiting, running, ctx) is None
-            and priority_preemption(waiting, running, ctx)
-        ):
-            resorted = True  # running lost requests: the updater recounts
+        due = updater.due()
+        if due:
+            batch = start_step(waiting, running, ctx, due, self.config.enable_starvation_preemption)
+            if batch:
+                self.cases["start"] = self.cases.get("start", 0) + 1
+                self._arranger_s += time.perf_counter() - t1
+                updater.after_batch("prefill", batch, running, ctx, True)
+                return batch
         decision = arranger.decide(
             waiting, running, ctx, updater.predictors(ctx), decoding=updater.decoding
         )
@@ -126,3 +122,50 @@ class RelServePolicy:
                 batch, kind = prefill_step(waiting, running, ctx), "prefill"
         updater.after_batch(kind, batch, running, ctx, resorted)
         return batch
+
+
+def start_step(
+    waiting: RelQueryQueue,
+    running: list[SimSeq],
+    ctx: ScheduleContext,
+    due: list[str],
+    evict: bool,
+) -> Batch:
+    """A prefill batch of the first waiting request of each relQuery in `due` (in that order)
+    while the token budget lasts. When KV blocks (with vLLM v0's watermark) or sequence slots
+    are short, and `evict`, the tail of the priority-sorted `running` (lowest priority) is
+    preempted by recompute, never a request of this batch. Stops at the first that cannot be
+    admitted, so that a later deadline never overtakes an earlier one."""
+    budget = ctx.max_num_batched_tokens
+    admitted: Batch = []
+    for rid in due:
+        group = waiting.waiting_of(rid)
+        if not group:
+            continue
+        seq = group[0]
+        computed = ctx.lookup(seq)
+        num_new = seq.num_tokens - len(computed) * BLOCK_SIZE
+        if num_new > budget:
+            break
+        while True:
+            slot = len(running) + len(admitted) < ctx.max_num_seqs
+            if slot and ctx.allocate(seq, num_new, computed, use_watermark=True):
+                break
+            if not (evict and running):
+                return _admit(admitted, running)
+            victim = running.pop()
+            ctx.preempt(victim)
+            waiting.appendleft(victim)
+            computed = ctx.lookup(seq)  # eviction may have dropped cached blocks
+            num_new = seq.num_tokens - len(computed) * BLOCK_SIZE
+        waiting.pop_first(rid)
+        if seq.cached_tokens < 0:
+            seq.cached_tokens = seq.num_computed
+        admitted.append((seq, num_new))
+        budget -= num_new
+    return _admit(admitted, running)
+
+
+def _admit(batch: Batch, running: list[SimSeq]) -> Batch:
+    running.extend(seq for seq, _ in batch)
+    return batch

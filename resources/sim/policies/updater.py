@@ -13,18 +13,25 @@ that completed before t excluded):
   output steps; then waiting ones in submission order) with utok*(r) = tok(r) x the relQuery's
   cache-miss ratio, sampled on `num_samples` of its waiting requests with the engine's real
   prefix-cache look-up (Eq. 11), from a seeded generator (runs are reproducible);
-- starvation (Eq. 13): a relQuery with requests in the waiting queue (one of R_t^-, started or
-  not) whose unit waiting time (now - arrival) / req(R_0) would exceed `starvation_threshold_s`
-  within the next `starvation_lookahead_iterations` worst-case iterations gets priority 0 (the
-  check looks one iteration ahead because an iteration is not interruptible: checking only
-  "now" lets the waiting time overshoot the threshold by up to one iteration). Starving
-  relQueries are ordered among themselves by their deadline arrival + threshold x req(R_0)
-  (earliest first), so that the one closest to exceeding the threshold starts first. A
-  relQuery stays at priority 0 until it finishes: were its priority to return to PEM once all
-  its requests run, a starving relQuery could evict them again and again (livelock). Applying
-  the rule to started relQueries that still have waiting requests is what bounds the latency of
-  large relQueries (relserve.txt Fig. 12), since a started relQuery can otherwise be paused
-  behind every shorter newcomer.
+- tail rule (`tail_deadline_s`, not in the paper): a relQuery that has been in the engine
+  `tail_deadline_s` seconds is promoted to priority 0 until it finishes, oldest first among
+  the promoted (a latency deadline; the default of `relserve-v1` was chosen from the sweep in
+  benchmarks/results/scheduler.md). Under shortest-remaining-first the largest relQueries of
+  a busy period otherwise finish last, which makes the tail (relserve.txt Fig. 12);
+- starvation (Eq. 13): unit_waiting(R) = waiting(R) / req(R_0), waiting(R) being the time from
+  arrival to R's first prefill (`relquery.RelQueryTiming`). A relQuery not yet started (no
+  request admitted) whose unit waiting would exceed `starvation_threshold_s` within the next
+  `starvation_lookahead_iterations` worst-case iterations (`max_iteration_s`) is *due*: priority
+  0, ordered among the due by deadline arrival + threshold x req(R_0) (earliest first), and
+  RelServe starts every due relQuery in the next batch (`RelServePolicy`, one request each,
+  evicting lower-priority running requests if KV blocks or slots are short). Once started its
+  waiting time is fixed and it returns to its PEM priority. Bound: with a lookahead >= 1, a
+  relQuery seen due at iteration start t_k was not due at t_{k-1} (so t_k <= t_{k-1} + I <=
+  deadline - I) or arrived after t_{k-1} (so t_k <= arrival + I), I being `max_iteration_s`;
+  hence waiting(R) <= max(threshold x req(R_0), I) whenever the due relQueries' first prompts
+  fit one batch (tests/resources/sim/test_starvation.py checks it on random traces). An
+  iteration is not interruptible, so no policy can do better than I for a relQuery that
+  arrives as a full prefill batch starts.
 
 Overhead (bookkeeping only; every value is the one a plain recomputation gives, bit for bit,
 pinned by tests/resources/sim/test_relserve_overhead.py): the per-relQuery decoding stats are
@@ -72,6 +79,8 @@ class UpdaterConfig:
     """Eq. 13's threshold on unit waiting time, seconds per request; None disables it."""
     starvation_lookahead_iterations: float = 2.0
     """How many worst-case iterations ahead the starvation check looks (see the module)."""
+    tail_deadline_s: float | None = None
+    """Latency a relQuery should not exceed (see the module); None: no tail rule (the paper)."""
     seed: int = 0
     """Seed of the cache-miss sampler."""
 
@@ -82,11 +91,13 @@ class UpdaterConfig:
             raise ValueError(
                 f"starvation_threshold_s must be >= 0 or None, got {self.starvation_threshold_s}"
             )
-        if self.starvation_lookahead_iterations < 0:
+        if self.starvation_lookahead_iterations < 1:
             raise ValueError(
-                "starvation_lookahead_iterations must be >= 0, got "
-                f"{self.starvation_lookahead_iterations}"
+                "starvation_lookahead_iterations must be >= 1 (the bound needs one iteration "
+                f"ahead), got {self.starvation_lookahead_iterations}"
             )
+        if self.tail_deadline_s is not None and self.tail_deadline_s <= 0:
+            raise ValueError(f"tail_deadline_s must be > 0 or None, got {self.tail_deadline_s}")
 
 
 def max_iteration_s(ctx: ScheduleContext) -> float:
@@ -121,8 +132,10 @@ class DynamicPriorityUpdater:
         self._live: dict[str, None] = {}
         """Unfinished relQueries, in arrival order."""
         self._prev_running: set[str] = set()
-        self._starving: set[str] = set()
-        """RelQueries that crossed the threshold: priority 0 until they finish."""
+        self._starving: dict[str, float] = {}
+        """Due relQueries not yet started (priority 0) and their deadlines."""
+        self._urgent: set[str] = set()
+        """RelQueries promoted by the tail rule: priority 0 until they finish."""
         self._rng = random.Random(self.config.seed)
         self.lookup.reset()
         self.num_pem = 0
@@ -176,6 +189,10 @@ class DynamicPriorityUpdater:
         self._mark_preemptions = ctx.num_preemptions
         self._mark_len = len(running)
         self.lookup.sync(ctx)
+        starving = self._starving
+        for rid in [r for r in starving if _started(waiting, r)]:
+            del starving[rid]  # waiting time fixed: back to PEM (it runs, so it is visited)
+            waiting.set_tiebreak(rid, waiting.arrival[rid])
         if cfg.enable_reuse:
             visit = self._prev_running.union(decoding, new)
         else:
@@ -190,7 +207,7 @@ class DynamicPriorityUpdater:
                 continue
             queued = waiting.waiting_of(rid)
             stats = decoding.get(rid)
-            if rid in self._starving and (queued or stats):
+            if rid in starving or rid in self._urgent:
                 value = 0.0
             elif queued:
                 value = self._pem(waiting, rid, queued, stats or (0, 0, 0), pred, cap, ctx)
@@ -199,6 +216,7 @@ class DynamicPriorityUpdater:
             else:  # every request finished
                 del live[rid]
                 waiting.forget_stats(rid)
+                self._urgent.discard(rid)
                 continue
             visited += 1
             waiting.set_priority(rid, value)
@@ -206,6 +224,8 @@ class DynamicPriorityUpdater:
         self.num_reused += len(live) - visited
         self._prev_running = set(decoding)
         self.decoding = decoding
+        if cfg.tail_deadline_s is not None:
+            self._check_tail(waiting, ctx, cfg.tail_deadline_s)
         threshold = cfg.starvation_threshold_s
         if threshold is not None:
             self._check_starvation(waiting, ctx, threshold)
@@ -307,16 +327,30 @@ class DynamicPriorityUpdater:
         horizon = ctx.now + cfg.starvation_lookahead_iterations * max_iteration_s(ctx)
         starving = False
         for rid in self._live:
-            if rid in self._starving or not waiting.waiting_of(rid):
+            if rid in self._starving or not waiting.waiting_of(rid) or _started(waiting, rid):
                 continue
             n0 = ctx.relquery_sizes.get(rid) or len(waiting.members[rid])
             arrival = waiting.arrival[rid]
             if (horizon - arrival) / n0 > threshold:  # Eq. 13
+                deadline = arrival + threshold * n0
                 waiting.set_priority(rid, 0.0)
-                waiting.set_tiebreak(rid, arrival + threshold * n0)  # earliest deadline first
-                self._starving.add(rid)
+                waiting.set_tiebreak(rid, deadline)  # earliest deadline first
+                self._starving[rid] = deadline
                 starving = True
         self.num_starving += starving
+
+    def _check_tail(self, waiting: RelQueryQueue, ctx: ScheduleContext, deadline: float):
+        """The tail rule (see the module docstring)."""
+        urgent, arrival = self._urgent, waiting.arrival
+        for rid in self._live:
+            if rid not in urgent and ctx.now - arrival[rid] >= deadline:
+                urgent.add(rid)
+                waiting.set_priority(rid, 0.0)
+                waiting.set_tiebreak(rid, arrival[rid])  # among the promoted: oldest first
+
+    def due(self) -> list[str]:
+        """The due relQueries (not started, priority 0), earliest deadline first."""
+        return sorted(self._starving, key=self._starving.__getitem__)
 
     def _pem(
         self,
@@ -352,6 +386,14 @@ class DynamicPriorityUpdater:
         return pem_queued(
             *decoding, toks, tok_sum, rems, rem_sum, rem_max, ratio, pred, cap, mns, mnbt
         )
+
+
+def _started(waiting: RelQueryQueue, rid: str) -> bool:
+    """Whether relQuery `rid` has started (a request admitted once). Admitted requests leave
+    its waiting group, and a preempted one returns to the group's front with its prefill
+    start kept, so looking at the group's size and front is enough."""
+    group = waiting.waiting_of(rid)
+    return group is None or len(group) < len(waiting.members[rid]) or group[0].prefill_start_s >= 0
 
 
 def _decoding_stats(running: list[SimSeq]) -> dict[str, tuple[int, int, int]]:

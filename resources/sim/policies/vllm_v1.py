@@ -16,6 +16,8 @@ from collections import deque
 
 from resources.sim.policies.base import Batch, ScheduleContext, SimSeq
 
+__all__ = ["VLLMv1Policy", "v1_step"]
+
 
 class VLLMv1Policy:
     name = "vllm-v1"
@@ -25,39 +27,45 @@ class VLLMv1Policy:
     def schedule(
         self, waiting: deque[SimSeq], running: list[SimSeq], ctx: ScheduleContext
     ) -> Batch:
-        budget = ctx.max_num_batched_tokens
-        batch: Batch = []
-        preempted = False
-        i = 0
-        while i < len(running) and budget > 0:
-            seq = running[i]
-            num_new = min(seq.num_tokens - seq.num_computed, budget)
-            scheduled = True
-            while not ctx.allocate(seq, num_new):
-                victim = running.pop()
-                ctx.preempt(victim)
-                waiting.appendleft(victim)
-                preempted = True
-                if victim is seq:
-                    scheduled = False
-                    break
-            if not scheduled:
+        return v1_step(waiting, running, ctx)
+
+
+def v1_step(waiting, running: list[SimSeq], ctx: ScheduleContext) -> Batch:
+    """One vLLM v1 iteration over the queues as they stand (see the module docstring); the
+    waiting queue may be any queue with the deque operations (`base`), e.g. a priority one."""
+    budget = ctx.max_num_batched_tokens
+    batch: Batch = []
+    preempted = False
+    i = 0
+    while i < len(running) and budget > 0:
+        seq = running[i]
+        num_new = min(seq.num_tokens - seq.num_computed, budget)
+        scheduled = True
+        while not ctx.allocate(seq, num_new):
+            victim = running.pop()
+            ctx.preempt(victim)
+            waiting.appendleft(victim)
+            preempted = True
+            if victim is seq:
+                scheduled = False
                 break
-            batch.append((seq, num_new))
-            budget -= num_new
-            i += 1
-        if preempted:
-            return batch
-        while waiting and budget > 0 and len(running) < ctx.max_num_seqs:
-            seq = waiting[0]
-            computed = ctx.lookup(seq)
-            num_new = min(seq.num_tokens - len(computed) * 16, budget)
-            if not ctx.allocate(seq, num_new, computed, full_sequence_must_fit=True):
-                break
-            waiting.popleft()
-            running.append(seq)
-            if seq.cached_tokens < 0:
-                seq.cached_tokens = seq.num_computed
-            batch.append((seq, num_new))
-            budget -= num_new
+        if not scheduled:
+            break
+        batch.append((seq, num_new))
+        budget -= num_new
+        i += 1
+    if preempted:
         return batch
+    while waiting and budget > 0 and len(running) < ctx.max_num_seqs:
+        seq = waiting[0]
+        computed = ctx.lookup(seq)
+        num_new = min(seq.num_tokens - len(computed) * 16, budget)
+        if not ctx.allocate(seq, num_new, computed, full_sequence_must_fit=True):
+            break
+        waiting.popleft()
+        running.append(seq)
+        if seq.cached_tokens < 0:
+            seq.cached_tokens = seq.num_computed
+        batch.append((seq, num_new))
+        budget -= num_new
+    return batch

@@ -32,7 +32,9 @@ def test_fcfs_is_vllm_v0_and_sarathi_has_its_budget() -> None:
     assert explicit.max_num_batched_tokens == 1024
 
 
-@pytest.mark.parametrize("policy", ["fcfs", "vllm-v1", "sarathi", "static-priority", "relserve"])
+@pytest.mark.parametrize(
+    "policy", ["fcfs", "vllm-v1", "sarathi", "static-priority", "relserve", "relserve-v1"]
+)
 def test_keep_long_evicts_the_shortest_and_everything_completes(policy: str) -> None:
     requests = [
         req(str(i), prompt(range(i * 1000, i * 1000 + 20 + 30 * (i % 3))), max_tokens=40)
