@@ -53,14 +53,22 @@ def home(tmp_path, monkeypatch):
     return tmp_path / "home"
 
 
-def by_factory(reviews: Path) -> pd.DataFrame:
+def by_factory(reviews: Path, with_meta: bool = False):
     defs = llm_query_assets("reviews_sentiment", SQL, sources={"reviews": str(reviews)})
     assets = list(defs.assets) + list(defs.asset_checks)
     result = dg.materialize(assets, resources=resources_for("sim"))
     assert result.success
     checks = result.get_asset_check_evaluations()
     assert checks and all(c.passed for c in checks if c.check_name != "answers_obey_output_spec")
-    return result.output_for_node("reviews_sentiment__result")
+    frame = result.output_for_node("reviews_sentiment__result")
+    if not with_meta:
+        return frame
+    (meta,) = [
+        {k: v.value for k, v in e.materialization.metadata.items()}
+        for e in result.get_asset_materialization_events()
+        if e.materialization.asset_key.path[-1] == "llm_outputs"
+    ]
+    return frame, meta
 
 
 def by_cli(reviews: Path, tmp_path: Path) -> tuple[pd.DataFrame, dict]:
@@ -114,13 +122,20 @@ def assert_truthful(result: pd.DataFrame) -> None:
 
 
 def test_factory_and_cli_agree_and_tell_the_truth(reviews, home, tmp_path):
-    factory = by_factory(reviews)
+    factory, meta = by_factory(reviews, with_meta=True)
     assert_truthful(factory)
     cli, summary = by_cli(reviews, tmp_path)
     assert_truthful(cli)
     assert comparable(cli) == comparable(factory)
     assert summary["rows"]["rows_in"] == 6 and summary["rows"]["skipped"] == 2
     assert summary["n_requests"] == 4 and summary["engine"] == "sim"
+    # one path: the same prompts, tokens, engine time and cost either way
+    for key in ("n_requests", "prompt_tokens", "cached_tokens", "output_tokens"):
+        assert summary[key] == meta[key], key
+    assert summary["engine_time_s"] == pytest.approx(meta["engine_time_s"], abs=1e-3)
+    assert summary["cost_usd"]["self_hosted"] == pytest.approx(
+        meta["cost_usd_self_hosted"], rel=1e-3
+    )
 
 
 def test_prompts_carry_the_cells_as_written(reviews, home):
