@@ -64,8 +64,8 @@ def movie_prompts(rows: int | None) -> dict[str, dict[str, list[str]]]:
     """Query -> order -> prompts over the first `rows` rows of movies_small.csv."""
     import pandas as pd
 
-    from llm_assets.optimizer.prompts import plan_prompts
     from llm_assets.benchmark_queries import SYSTEM_PROMPTS, compile_query
+    from llm_assets.optimizer.prompts import plan_prompts
 
     if not MOVIES.exists():
         raise SystemExit(f"{MOVIES} is absent: the conformance workload is built from it")

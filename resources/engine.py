@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from llm_assets.output_spec import OutputSpec
 
@@ -79,6 +79,26 @@ class RunStats:
     def cached_tokens_reported(self) -> bool:
         """Whether every answered request's cached tokens were reported by the engine."""
         return self.cached_tokens_unknown == 0
+
+    def __add__(self, other: RunStats) -> RunStats:
+        """Totals of two runs (engine, model and hardware of the first): the one place run
+        totals are added up. Times add: the runs are taken to be sequential."""
+        return replace(
+            self,
+            **{
+                f: getattr(self, f) + getattr(other, f)
+                for f in (
+                    "n_requests",
+                    "prompt_tokens",
+                    "cached_tokens",
+                    "output_tokens",
+                    "engine_time_s",
+                    "wall_time_s",
+                    "errors",
+                    "cached_tokens_unknown",
+                )
+            },
+        )
 
 
 @dataclass(frozen=True)

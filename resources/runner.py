@@ -35,7 +35,9 @@ it raises on a stopped run first, with the stop reason as its one line.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+import operator
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -266,17 +268,4 @@ def _sum_stats(
             wall_time_s=wall_time_s,
             errors=0,
         )
-    first = parts[0]
-    return RunStats(
-        engine=first.engine,
-        model=first.model,
-        hardware=first.hardware,
-        n_requests=sum(p.n_requests for p in parts),
-        prompt_tokens=sum(p.prompt_tokens for p in parts),
-        cached_tokens=sum(p.cached_tokens for p in parts),
-        output_tokens=sum(p.output_tokens for p in parts),
-        engine_time_s=sum(p.engine_time_s for p in parts),
-        wall_time_s=wall_time_s,
-        errors=sum(p.errors for p in parts),
-        cached_tokens_unknown=sum(p.cached_tokens_unknown for p in parts),
-    )
+    return dataclasses.replace(functools.reduce(operator.add, parts), wall_time_s=wall_time_s)

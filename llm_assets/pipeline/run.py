@@ -7,6 +7,8 @@ same tokens (a test holds them to it).
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -101,22 +103,8 @@ class QueryRun:
     @property
     def stats(self) -> RunStats | None:
         """Engine totals over every LLM stage."""
-        totals = [s.stats for s in self.stages]
-        if not totals:
-            return None
-        first = totals[0]
-        return RunStats(
-            engine=first.engine,
-            model=first.model,
-            hardware=first.hardware,
-            n_requests=sum(t.n_requests for t in totals),
-            prompt_tokens=sum(t.prompt_tokens for t in totals),
-            cached_tokens=sum(t.cached_tokens for t in totals),
-            output_tokens=sum(t.output_tokens for t in totals),
-            engine_time_s=sum(t.engine_time_s for t in totals),
-            wall_time_s=sum(t.wall_time_s for t in totals),
-            errors=sum(t.errors for t in totals),
-        )
+        totals = [s.stats for s in self.stages if s.stats is not None]
+        return functools.reduce(operator.add, totals) if totals else None
 
 
 def retrieve(query: LLMQuery, tables: Mapping[str, pa.Table | pd.DataFrame], rows, retriever):
