@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -106,6 +107,39 @@ def parse_tables(tables: tuple[str, ...]) -> dict[str, str]:
             fail(f"--table {name} is given twice")
         out[name] = path
     return out
+
+
+@dataclass(frozen=True)
+class Switches:
+    """The options `run` and `plan` share (see `engine_options`)."""
+
+    engine: str
+    gpu: str
+    model: str
+    policy: str
+    no_prefix_cache: bool
+    system_prompt: str | None
+    max_tokens: int | None
+    no_dedup: bool
+    no_pushdown: bool
+    null_policy: str | None
+    context_policy: str | None
+
+    def options(self, method: str):
+        return query_options(
+            method=method,
+            dedup=not self.no_dedup,
+            pushdown=not self.no_pushdown,
+            system_prompt=self.system_prompt,
+            max_tokens=self.max_tokens,
+            null_policy=self.null_policy,
+            context_policy=self.context_policy,
+        )
+
+    def build_engine(self):
+        return build_engine(
+            self.engine, self.gpu, self.model, self.policy, not self.no_prefix_cache
+        )
 
 
 def build_engine(engine: str, gpu: str, model: str, policy: str, prefix_cache: bool):
@@ -223,12 +257,13 @@ def engine_options(f):
     return f
 
 
-def summary_of(run, engine, resource, wall_s: float) -> dict:
+def stats_report(stats, resource, engine, wall_s: float) -> dict:
+    """Requests, tokens, hit rate, engine time (simulated seconds on the sim), wall time and
+    cost per pricing model: what `run` and `plan` print."""
     from llm_assets.assets.tracking import engine_costs
 
-    stats = run.stats
-    report = {
-        "rows": run.accounting,
+    costs = engine_costs(resource, engine, stats)
+    return {
         "n_requests": stats.n_requests,
         "prompt_tokens": stats.prompt_tokens,
         "cached_tokens": stats.cached_tokens,
@@ -240,10 +275,8 @@ def summary_of(run, engine, resource, wall_s: float) -> dict:
         "hardware": stats.hardware,
         "engine_time_s": round(stats.engine_time_s, 3),
         "wall_time_s": round(wall_s, 3),
+        "cost_usd": {k.removeprefix("cost_usd_"): round(v, 6) for k, v in costs.items()},
     }
-    costs = engine_costs(resource, engine, stats)
-    report["cost_usd"] = {k.removeprefix("cost_usd_"): round(v, 6) for k, v in costs.items()}
-    return report
 
 
 @main.command("run")
@@ -257,40 +290,17 @@ def summary_of(run, engine, resource, wall_s: float) -> dict:
 )
 @click.option("--out", type=click.Path(path_type=Path), help="Write the result (.parquet/.csv).")
 @engine_options
-def run_command(
-    query_path,
-    tables,
-    method,
-    out,
-    engine,
-    gpu,
-    model,
-    policy,
-    no_prefix_cache,
-    system_prompt,
-    max_tokens,
-    no_dedup,
-    no_pushdown,
-    null_policy,
-    context_policy,
-):
+def run_command(query_path, tables, method, out, **switches):
     """Run an LLM-SQL query over files: every row answered, skipped or failed, with a summary
     (rows, requests, token hit rate, engine time, cost) as one JSON object on stdout."""
     from llm_assets.pipeline.run import run_query
     from resources.runner import TooManyErrors
 
     started = time.perf_counter()
-    options = query_options(
-        method=method,
-        dedup=not no_dedup,
-        pushdown=not no_pushdown,
-        system_prompt=system_prompt,
-        max_tokens=max_tokens,
-        null_policy=null_policy,
-        context_policy=context_policy,
-    )
+    switches = Switches(**switches)
+    options = switches.options(method)
     query, frames = load_inputs(read_sql(query_path), parse_tables(tables), query_path.stem)
-    resource, llm = build_engine(engine, gpu, model, policy, not no_prefix_cache)
+    resource, llm = switches.build_engine()
     try:
         run = run_query(query, frames, options, llm, progress=ProgressBar())
     except (ValueError, TooManyErrors) as exc:
@@ -303,7 +313,10 @@ def run_command(
             result.to_csv(out, index=False)
         else:
             result.to_parquet(out, index=False)
-    report = summary_of(run, llm, resource, time.perf_counter() - started)
+    report = {
+        "rows": run.accounting,
+        **stats_report(run.stats, resource, llm, time.perf_counter() - started),
+    }
     report["answer_rows"] = len(run.answer)
     if run.filter_order is not None:
         report["llm_filter_order"] = run.filter_order.report()
@@ -322,47 +335,22 @@ def run_command(
     help="Comma-separated reorder methods to compare.",
 )
 @engine_options
-def plan_command(
-    query_path,
-    tables,
-    methods,
-    engine,
-    gpu,
-    model,
-    policy,
-    no_prefix_cache,
-    system_prompt,
-    max_tokens,
-    no_dedup,
-    no_pushdown,
-    null_policy,
-    context_policy,
-):
+def plan_command(query_path, tables, methods, **switches):
     """What-if before sending anything: each method's first-LLM-stage prompts on the simulated
     engine (tokens, token hit rate, simulated engine time, cost). Nothing reaches a real
     engine; `--engine` other than sim is refused."""
-    from llm_assets.assets.tracking import engine_costs
     from llm_assets.pipeline import stages
     from llm_assets.pipeline.run import run_query
-    from resources.sim.engine import SimulatedEngine
 
-    if engine != "sim":
+    switches = Switches(**switches)
+    if switches.engine != "sim":
         fail("plan sends nothing: it always uses the simulated engine (drop --engine)")
     query, frames = load_inputs(read_sql(query_path), parse_tables(tables), query_path.stem)
     report = {"query": query.name, "llm_calls": [c.name for c in query.llm_calls], "methods": {}}
     for method in [m.strip() for m in methods.split(",") if m.strip()]:
-        options = query_options(
-            method=method,
-            dedup=not no_dedup,
-            pushdown=not no_pushdown,
-            system_prompt=system_prompt,
-            max_tokens=max_tokens,
-            null_policy=null_policy,
-            context_policy=context_policy,
-        )
+        options = switches.options(method)
         started = time.perf_counter()
-        resource, sim = build_engine("sim", gpu, model, policy, not no_prefix_cache)
-        assert isinstance(sim, SimulatedEngine)
+        resource, sim = switches.build_engine()
         try:
             planned = run_query(query, frames, options, sim, send=False)
         except ValueError as exc:
@@ -370,20 +358,11 @@ def plan_command(
         if planned.filter_order is not None and "llm_filter_order" not in report:
             report["llm_filter_order"] = planned.filter_order.report()
         stage = planned.stages[0]
-        requests = stages.requests_from_plan(stage.plan, stage.call, max_tokens)
+        requests = stages.requests_from_plan(stage.plan, stage.call, options.max_tokens)
         result = sim.run(f"{query.name}:plan", requests)
         report["methods"][method] = {
             "rows_to_first_llm": int((stage.deduped[stages.INPUT] >= 0).sum()),
-            "n_requests": result.stats.n_requests,
-            "prompt_tokens": result.stats.prompt_tokens,
-            "cached_tokens": result.stats.cached_tokens,
-            "token_hit_rate": round(result.stats.token_hit_rate, 6),
-            "engine_time_s": round(result.stats.engine_time_s, 3),
-            "wall_time_s": round(time.perf_counter() - started, 3),
-            "cost_usd": {
-                k.removeprefix("cost_usd_"): round(v, 6)
-                for k, v in engine_costs(resource, sim, result.stats).items()
-            },
+            **stats_report(result.stats, resource, sim, time.perf_counter() - started),
         }
     click.echo(json.dumps(report))
 
