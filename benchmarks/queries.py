@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from jobs.ladder import RUNGS, check_ladder, groups_for, run_ladder
+from benchmarks.lib.ladder import RUNGS, check_ladder, groups_for, run_ladder
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"

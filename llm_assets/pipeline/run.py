@@ -23,9 +23,9 @@ from resources.engine import LLMEngine, RunStats
 Progress = Callable[[int, int], None]
 
 
-def context_limit(engine: LLMEngine, options: QueryOptions, call: LLMCall, max_tokens: int):
+def context_limit(engine: LLMEngine, options: QueryOptions, max_tokens: int):
     """(prompt token limit or None, token counter): the engine's context window minus the
-    call's output budget, unless `options.max_prompt_tokens` says otherwise."""
+    output budget `max_tokens`, unless `options.max_prompt_tokens` says otherwise."""
     count_tokens = getattr(engine, "count_tokens", None)
     if count_tokens is None:
         from resources.sim.tokenizer import ApproxTokenizer
@@ -57,7 +57,7 @@ def plan_stage(
     fields = stages.llm_field_columns(query, call, rows)
     deduped = stages.run_dedup(rows, fields, options.dedup, options.null_policy)
     max_tokens = call_max_tokens(call, options)
-    limit, count_tokens = context_limit(engine, options, call, max_tokens)
+    limit, count_tokens = context_limit(engine, options, max_tokens)
     plan = stages.run_plan(
         deduped,
         call,

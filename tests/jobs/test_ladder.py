@@ -3,7 +3,7 @@
 
 import pytest
 
-from jobs.ladder import RUNGS, check_ladder, groups_for, run_ladder
+from benchmarks.lib.ladder import RUNGS, check_ladder, groups_for, run_ladder
 
 FIELDS = {
     "query",
