@@ -7,7 +7,9 @@ same run** when there is one, else the latest: two runs of one lineage at once n
 each other's rows. An output replaces nothing in place, so a table whose columns change
 between runs (another source file) or an empty result are stored as returned.
 The last `keep_versions` versions per table are kept. DuckDB allows one writing process per
-file: a connection that finds the file locked by another process retries for `lock_wait_s`.
+file, and one attachment of it per process: a connection that finds the file locked (another
+process) or attached (another thread) retries for `lock_wait_s`; each holds it for one read or
+one write.
 """
 
 from __future__ import annotations
@@ -77,11 +79,14 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
                 con.execute(attach)
                 con.execute(f"USE {_quoted(CATALOG)}")
                 return con
-            except duckdb.IOException as exc:
+            except (duckdb.IOException, duckdb.ResourceInUseException) as exc:
+                # another process holds the file lock, or another thread of this one has it
+                # attached: both are short-lived, wait for them
                 con.close()
-                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                busy = isinstance(exc, duckdb.ResourceInUseException) or "lock" in str(exc).lower()
+                if not busy or time.monotonic() > deadline:
                     raise
-                time.sleep(0.2)
+                time.sleep(0.05)
 
     # ---- IO ------------------------------------------------------------------------------
 
