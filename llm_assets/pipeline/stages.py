@@ -195,7 +195,7 @@ def stage_input(
         rows = rows[rows["_error"].isna() & rows["_skip"].isna()]
         rows = rows.drop(columns=["_error", "_skip"]).rename(columns={"_answer": call.name})
         for f in query.filters_for(call.name):
-            rows = rows[rows[call.name].map(lambda a, f=f: _kept(f, a))]
+            rows = rows[rows[call.name].map(lambda a, f=f: _kept(f, a)).astype(bool)]
     return rows.reset_index(drop=True)
 
 
@@ -411,7 +411,7 @@ def run_result(
         status[failed], reason[failed] = "failed", aligned["_error"][failed]
         passed &= ~(skipped | failed)
         for f in query.filters_for(call.name):
-            kept = out[call.name].map(lambda a, f=f: _kept(f, a))
+            kept = out[call.name].map(lambda a, f=f: _kept(f, a)).astype(bool)
             dropped = passed & ~kept
             reason[dropped] = f"LLM filter {f.call_name} {f.op} {f.value!r} is false"
             passed &= kept
