@@ -106,7 +106,13 @@ FAULT_MATRIX: tuple[FaultScenario, ...] = (
     FaultScenario("kill9", (), kill_client=True, description="client kill -9 halfway, rerun"),
 )
 FAULT_MATRIX += tuple(FaultScenario(name, description=what) for name, what in HOSTILE_CASES.items())
-"""The last five run against `benchmarks.lib.hostile_faults` servers, not the sim's."""
+FAULT_MATRIX += (
+    FaultScenario(
+        "concurrent-runs", description="two runs of q1's lineage at once on one home (Dagster)"
+    ),
+)
+"""The hostile cases run against `benchmarks.lib.hostile_faults` servers, not the sim's;
+`concurrent-runs` runs two Dagster runs in process (`benchmarks.lib.concurrent_runs`)."""
 SMOKE_FAULTS: tuple[str, ...] = ("none", "503", "hang", "drop", "malformed", "kill9")
 """The scenarios of `smoke=True` (the test suite's version)."""
 
@@ -407,6 +413,10 @@ def run_fault_matrix(
             log(f"fault {name}: {scenario.description} ({rows} rows)")
             if name in HOSTILE_CASES:
                 results[name] = run_hostile_case(name, rows, settings)
+            elif name == "concurrent-runs":
+                from benchmarks.lib.concurrent_runs import concurrent_runs_case
+
+                results[name] = concurrent_runs_case(rows, scratch)
             elif scenario.kill_client:
                 from benchmarks.lib.kill9 import kill_scenario
 
