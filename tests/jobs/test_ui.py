@@ -85,7 +85,7 @@ def test_lineage_of_every_query_renders(dagster_ui):
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
         for group, assets in LINEAGES.items():
             page.goto(
-                f"{dagster_ui}/locations/jobs.definitions/asset-groups/{group}/lineage",
+                f"{dagster_ui}/locations/llm_assets/asset-groups/{group}/lineage",
                 wait_until="networkidle",
             )
             skip = page.get_by_role("button", name="Skip")  # first-visit newsletter dialog
