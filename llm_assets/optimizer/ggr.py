@@ -15,8 +15,15 @@ What makes this implementation fast without changing the greedy choice:
 - Sub-tables of at most `SMALL_NODE` rows run the same greedy in plain Python.
 Invariant: the result is a valid schedule (every row once, each row's fields a permutation).
 
+Leftover fields (those not leading a group, at any level) follow in one fixed order, by
+`leftover_scores`: the hits a field earns leading a sorted block on its own, i.e. each repeat
+of a value hits it whole and each distinct value its common prefix with the previous one in
+sorted order. This agrees with HITCOUNT (a field with neither repeats nor shared prefixes
+scores 0 and goes last) where `column_stats`' avg length x rows / distinct ranks a long
+all-distinct field (JSON, review text) first and hides the prefixes the fields behind it share.
+
 Early stopping (section 2.2.2): `max_depth` limits nesting, `min_score` stops forming groups
-worth less; what remains is ordered by column statistics and sorted lexicographically.
+worth less; what remains is ordered by the leftover order and sorted lexicographically.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llm_assets.optimizer.column_stats import column_scores
+from llm_assets.optimizer.metrics import common_prefix_len
 from llm_assets.optimizer.schedule import Schedule
 from llm_assets.optimizer.table import EncodedTable, TableLike, encode
 
@@ -42,9 +49,27 @@ class GGRConfig:
     """Functional dependencies as groups of mutually dependent fields; "auto" detects them,
     None uses none."""
     max_depth: int | None = None
-    """Maximum number of nested groups before falling back to statistics order."""
+    """Maximum number of nested groups before falling back to the leftover order."""
     min_score: float = 0.0
-    """Groups whose HITCOUNT is not above this are not formed (statistics order instead)."""
+    """Groups whose HITCOUNT is not above this are not formed (leftover order instead)."""
+
+
+def leftover_scores(enc: EncodedTable) -> np.ndarray:
+    """Per field: hits (in `enc.lengths` units) it earns leading a lexicographic sort alone:
+    sum over values of length x (count - 1), plus each distinct value's common prefix with
+    the previous distinct value (scaled to the value's units when lengths are tokens)."""
+    scores = np.zeros(len(enc.fields))
+    for j, uniq in enumerate(enc.uniques):
+        counts = np.bincount(enc.codes[:, j], minlength=len(uniq))
+        repeats = float((enc.lengths[j] * np.maximum(counts - 1, 0)).sum())
+        if len(uniq) < 2:
+            scores[j] = repeats
+            continue
+        chars = np.fromiter(map(len, uniq[1:]), dtype=np.float64, count=len(uniq) - 1)
+        shared = np.fromiter(map(common_prefix_len, uniq[:-1], uniq[1:]), np.float64)
+        units = np.divide(enc.lengths[j][1:], chars, out=np.zeros_like(chars), where=chars > 0)
+        scores[j] = repeats + float((shared * units).sum())
+    return scores
 
 
 def detect_fds(enc: EncodedTable) -> list[list[str]]:
@@ -84,7 +109,7 @@ class _Units:
 
 def _build_units(enc: EncodedTable, fd_groups: Sequence[Sequence[str]]) -> _Units:
     index = {f: j for j, f in enumerate(enc.fields)}
-    score = column_scores(enc)
+    score = leftover_scores(enc)
     assigned: dict[int, int] = {}
     groups: list[list[int]] = []
     for group in fd_groups:
@@ -137,7 +162,7 @@ class _Greedy:
         self.out_order_ids.extend([oid] * len(rows))
 
     def emit_fallback(self, rows: np.ndarray, prefix: tuple[int, ...], rest: Sequence[int]):
-        """Rows ordered lexicographically under the statistics order of the free fields."""
+        """Rows ordered lexicographically under the leftover order of the free fields."""
         order = sorted(rest, key=self.rank.__getitem__)
         if len(rows) > 1 and order:
             keys = [self.units.codes[rows, u] for u in reversed(order)]
@@ -224,7 +249,7 @@ class _Greedy:
         self.emit_fallback(rows[alive], prefix, rest)
 
     def _sort_segments(self, start: int, segments: list) -> None:
-        """Put a node's groups in the order statistics-order sorting would give their first
+        """Put a node's groups in the order leftover-order sorting would give their first
         rows. Groups start with different cells, so PHC cannot drop; neighbouring groups
         that agree on leading cells now share them (as characters and as KV blocks)."""
         if len(segments) < 2:
@@ -287,7 +312,7 @@ class _Greedy:
 
     def _pair(self, items, cols: list[int], rest: list[int], prefix) -> None:
         """Two rows: the greedy takes their agreeing fields by descending weight (ties in
-        field order), then the free fields in statistics order. Same result, no loop."""
+        field order), then the free fields in leftover order. Same result, no loop."""
         (row_a, a), (row_b, b) = items
         shared = [(self._weights(rest[c])[a[c]], c) for c in cols if a[c] == b[c]]
         shared = [c for w, c in sorted(shared, key=lambda wc: -wc[0]) if w > self.threshold]
@@ -298,7 +323,7 @@ class _Greedy:
 
     def _lead(self, chosen: int, constant: list[int]) -> tuple[int, ...]:
         """The fields leading a group: the chosen one and every field constant in the group,
-        in statistics order. Any order of them gives the group the same PHC; statistics
+        in leftover order. Any order of them gives the group the same PHC; the leftover
         order also matches how other rows lead, so prefixes are shared across groups."""
         return tuple(sorted([chosen, *constant], key=self.rank.__getitem__))
 
