@@ -39,6 +39,11 @@ from llm_assets.optimizer.table import EncodedTable, TableLike, encode
 
 SMALL_NODE = 48
 """Sub-tables with at most this many rows use the pure-Python greedy (less overhead)."""
+LOOKAHEAD_ROWS = 8
+"""In sub-tables with at most this many rows, each candidate group is scored by a rollout:
+the PHC of taking it first and finishing both parts by the plain greedy."""
+LOOKAHEAD_BUDGET = 2_000
+"""At most this many sub-tables per run get the rollout, so large tables keep their time."""
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,7 @@ class _Greedy:
         self.out_order_ids: list[int] = []
         self.orders: dict[tuple[int, ...], int] = {}
         self.weight_lists: list[list[float] | None] = [None] * len(units.members)
+        self.lookahead_left = LOOKAHEAD_BUDGET
 
     # -- output -------------------------------------------------------------------------
     def _emit(self, rows: list[int], order: tuple[int, ...]) -> None:
@@ -281,17 +287,20 @@ class _Greedy:
         in_stats_order = sorted(range(len(rest)), key=lambda c: self.rank[rest[c]])
         while len(items) > 1 and len(cols) > 1 and not self._stopped(depth):
             best_s, best_c, best_v = self.threshold, -1, -1
-            columns = list(zip(*[vals for _, vals in items], strict=True))
+            lookahead = len(items) <= LOOKAHEAD_ROWS and self.lookahead_left > 0
             for c in cols:
                 w = self._weights(rest[c])
-                counts: dict[int, int] = {}
-                for v in columns[c]:
-                    counts[v] = counts.get(v, 0) + 1
-                for v, n in counts.items():
-                    if n > 1:
-                        s = w[v] * (n - 1)
+                groups: dict[int, list] = {}
+                for _, vals in items:
+                    groups.setdefault(vals[c], []).append(vals)
+                for v, members in groups.items():
+                    if len(members) > 1:
+                        s = w[v] * (len(members) - 1)
                         if s > best_s or (s == best_s and c == best_c and v < best_v):
                             best_s, best_c, best_v = s, c, v
+            if lookahead:
+                self.lookahead_left -= 1
+                best_s, best_c, best_v = self._best_rollout(items, cols, rest)
             if best_c < 0:
                 break
             group = [it for it in items if it[1][best_c] == best_v]
@@ -309,6 +318,51 @@ class _Greedy:
         if len(items) > 1:
             items.sort(key=lambda it: [it[1][c] for c in cols])
         self._emit([row for row, _ in items], prefix + tuple(rest[c] for c in cols))
+
+    def _best_rollout(self, items, cols: list[int], rest: list[int]):
+        """The group to take first by rollout: every value's rows (c, v), scored by the PHC of
+        taking them first and finishing both parts by the plain greedy. Returns
+        (score, c, v); ties go to the earlier field, then the smaller value."""
+        table = [vals for _, vals in items]
+        best = (self.threshold, -1, -1)
+        for c in cols:
+            for v in sorted({vals[c] for vals in table}):
+                group = [vals for vals in table if vals[c] == v]
+                if len(group) < 2:
+                    continue
+                others = [vals for vals in table if vals[c] != v]
+                score = self._group_gain(group, c, cols, rest)
+                score += self._greedy_phc(others, cols, rest)
+                if score > best[0]:
+                    best = (score, c, v)
+        return best
+
+    def _group_gain(self, group: list, c: int, cols: list[int], rest: list[int]) -> float:
+        """PHC earned inside a group led by field c: its constant fields, then the greedy."""
+        first = group[0]
+        same = [x for x in cols if x != c and all(g[x] == first[x] for g in group)]
+        gain = sum(self._weights(rest[x])[first[x]] for x in [c, *same]) * (len(group) - 1)
+        free = [x for x in cols if x != c and x not in same]
+        return gain + self._greedy_phc(group, free, rest)
+
+    def _greedy_phc(self, table: list, cols: list[int], rest: list[int]) -> float:
+        """PHC the plain greedy (HITCOUNT of the chosen value) reaches on `table`."""
+        total = 0.0
+        while len(table) > 1 and cols:
+            best_s, best_c, best_v = 0.0, -1, -1
+            for c in cols:
+                w = self._weights(rest[c])
+                counts: dict[int, int] = {}
+                for vals in table:
+                    counts[vals[c]] = counts.get(vals[c], 0) + 1
+                for v, n in counts.items():
+                    if n > 1 and w[v] * (n - 1) > best_s:
+                        best_s, best_c, best_v = w[v] * (n - 1), c, v
+            if best_c < 0:
+                break
+            total += self._group_gain([t for t in table if t[best_c] == best_v], best_c, cols, rest)
+            table = [t for t in table if t[best_c] != best_v]
+        return total
 
     def _pair(self, items, cols: list[int], rest: list[int], prefix) -> None:
         """Two rows: the greedy takes their agreeing fields by descending weight (ties in

@@ -66,14 +66,21 @@ def row_strings(
 
 
 def common_prefix_len(a: str, b: str) -> int:
-    """Length of the longest common prefix (binary search on C-level slice comparisons)."""
+    """Length of the longest common prefix (works on any sliceable sequences). Galloping then
+    binary search on C-level slice comparisons: windows of 8, 16, 32... characters until one
+    differs, then halving inside it; O(LCP) characters copied, O(log LCP) Python steps."""
     n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # invariant: a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 1:
+    lo, width = 0, 8
+    while True:  # invariant: a[:lo] == b[:lo]
+        hi = min(lo + width, n)
+        if a[lo:hi] != b[lo:hi]:
+            break
+        if hi == n:
+            return n
+        lo, width = hi, width * 2
+    while hi - lo > 1:  # invariant: a[:lo] == b[:lo] and a[lo:hi] != b[lo:hi]
         mid = (lo + hi) // 2
-        if a[:mid] == b[:mid]:
+        if a[lo:mid] == b[lo:mid]:
             lo = mid
         else:
             hi = mid
