@@ -11,7 +11,7 @@ with a hand-written column merge where the table has exact functional dependenci
 `ggr` (the product's `reorder`, safety net included; `method_used` says which candidate won).
 
 Per method: `seconds` (median over `--repeat` runs of encode + reorder, file reading excluded;
-one run for the authors' port on tables above 100k rows), `char_hit_rate`, `token_hit_rate`
+one run on tables above 100k rows), `char_hit_rate`, `token_hit_rate`
 (`benchmarks.lib.tokens`: the simulator's block cache, Llama 3 tokenizer when present; skipped
 above `--token-rows` rows) and `phc`. Per table: the upper bounds of `optimizer.bound` and
 GGR / bound. Each table runs in a fresh subprocess, so `max_rss_mb` is the peak memory of
@@ -92,7 +92,7 @@ def measure(spec: str, repeat: int, token_rows: int) -> dict:
     tokens = RowTokens(enc, default_tokenizer().encode) if enc.num_rows <= token_rows else None
     methods = {}
     for method, run in runs.items():
-        schedule, seconds = timed(run, 1 if slow and method.startswith("authors") else repeat)
+        schedule, seconds = timed(run, 1 if slow else repeat)
         m = {"seconds": seconds, "char_hit_rate": round(char_hit_rate(enc, schedule), 4)}
         if tokens is not None:
             m["token_hit_rate"] = round(token_hit_rate(tokens.rows(schedule)), 4)
