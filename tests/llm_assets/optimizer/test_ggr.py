@@ -9,7 +9,7 @@ from llm_assets.data.skewed import skewed_table
 from llm_assets.optimizer import GGRConfig, reorder
 from llm_assets.optimizer.column_stats import column_stats_schedule
 from llm_assets.optimizer.ggr import SMALL_NODE, detect_fds, ggr_schedule
-from llm_assets.optimizer.metrics import char_hit_rate, phc
+from llm_assets.optimizer.metrics import char_hit_rate, phc, row_strings, token_hit_rate
 from llm_assets.optimizer.ophr import ophr
 from llm_assets.optimizer.schedule import validate_schedule
 from llm_assets.optimizer.table import encode
@@ -187,3 +187,22 @@ def test_token_aware_weights_change_the_choice():
     assert phc(frame, ggr_schedule(frame)) == 400
     assert phc(by_tokens_enc, ggr_schedule(frame, token_length=tokens)) == 16
     assert phc(by_tokens_enc, ggr_schedule(frame)) == 0
+
+
+def four_tokens_per_char(text: str) -> list[int]:
+    return [ord(c) for c in text for _ in range(4)]
+
+
+@given(tables(max_rows=8, max_cols=4))
+@settings(max_examples=60, deadline=None)
+def test_with_a_tokenizer_ggr_never_loses_in_token_hit_rate(frame):
+    enc = encode(frame, token_length=lambda text: len(four_tokens_per_char(text)))
+
+    def rate(schedule):
+        return token_hit_rate(row_strings(enc, schedule, sep="\n"), four_tokens_per_char)
+
+    best = reorder(frame, tokenizer=four_tokens_per_char)
+    validate_schedule(best, len(frame), list(frame.columns))
+    for other in ("original", "column_stats"):
+        assert rate(best) >= rate(reorder(enc, method=other))
+    assert rate(best) >= rate(ggr_schedule(enc))
