@@ -44,8 +44,8 @@ def reorder(
     and column statistics and returns the best (ties to the greedy), naming it in
     `method_used`. The score is the char hit rate, or with `tokenizer` (text -> token ids)
     the token hit rate in whole 16-token blocks of the rows rendered one value per line; the
-    greedy then also weighs values by their token counts (`token_length` alone only does that).
-    """
+    greedy then also weighs values by their token counts, unless `table` is already encoded
+    (`token_length` alone only does that)."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {list(METHODS)}")
     if tokenizer is not None and token_length is None:
