@@ -19,7 +19,9 @@ harness's `QuickGreedy.reorder` (defaults as their benchmarks run it), not copie
    holding v moves its cells equal to v to the front (in current order); their first cell
    is dropped and the remaining cells of that group are reordered the same way (column
    recursion); then the rows without v are reordered the same way (row recursion). A pick
-   of score 0 still recurses (it peels the first row), as theirs does.
+   of score 0 still recurses (it peels the first row), as theirs does. Depth limits
+   `row_stop` / `col_stop` send what is left at that depth to statistics order; their
+   defaults (the table's rows and columns) never bind, which None stands for here.
 5. Finally every row's cell list (recursed cells in their new order, then the set-aside
    fields) is sorted lexicographically as a whole: that is the row order.
 
@@ -53,18 +55,30 @@ def _stats_order(columns: list[list[str]]) -> list[int]:
     return sorted(range(len(columns)), key=lambda c: -scores[c])
 
 
+def _reached(depth: int, limit: int | None) -> bool:
+    return limit is not None and depth >= limit
+
+
 class _Piece:
     """Column and row recursion of one piece. Rows are lists of cells, reordered in place."""
 
-    def __init__(self, early_stop: float):
+    def __init__(self, early_stop: float, row_stop: int | None, col_stop: int | None):
         self.early_stop = early_stop
+        self.row_stop = row_stop
+        self.col_stop = col_stop
 
-    def solve(self, rows: list[list[Cell]]) -> None:
+    def solve(self, rows: list[list[Cell]], row_depth: int = 0, col_depth: int = 0) -> None:
+        """Their `recursive_reorder`: each group taken is one row recursion deeper (the rows
+        left after it), its tails one column recursion deeper; at a depth limit the rest
+        falls back to statistics order."""
         counts = Counter(text for row in rows for _, text in row)
         heap = [(-(len(v) ** 2) * (n - 1), v) for v, n in counts.items()]
         heapq.heapify(heap)
         alive = list(range(len(rows)))
         while alive and heap:
+            if _reached(row_depth, self.row_stop) or _reached(col_depth, self.col_stop):
+                self._fixed(rows, alive)
+                return
             value, score = self._pick(rows, alive, counts, heap)
             if value is None:
                 return
@@ -78,7 +92,8 @@ class _Piece:
                 row = rows[i]
                 row[:] = [c for c in row if c[1] == value] + [c for c in row if c[1] != value]
             tails = [rows[i][1:] for i in group]
-            self.solve(tails)
+            self.solve(tails, row_depth, col_depth + 1)
+            row_depth += 1
             for i, tail in zip(group, tails, strict=True):
                 rows[i][1:] = tail
                 for _, text in rows[i]:
@@ -133,6 +148,8 @@ def quick_greedy(
     distinct_value_threshold: float = 0.7,
     base: int = 2000,
     early_stop: float = 0.0,
+    row_stop: int | None = None,
+    col_stop: int | None = None,
 ) -> Schedule:
     """Their QuickGreedy schedule of `enc` (see the module docstring)."""
     n = enc.num_rows
@@ -158,7 +175,7 @@ def quick_greedy(
     # fixed_reorder: statistics order, rows sorted (the row index breaks ties, as theirs).
     order = sorted(range(n), key=lambda r: ([values[u][r] for u in recurse], r))
     rows = [[(u, values[u][r]) for u in recurse] for r in order]
-    piece = _Piece(early_stop)
+    piece = _Piece(early_stop, row_stop, col_stop)
     for start, stop in _pieces(0, n, base):
         piece.solve(rows[start:stop])  # the inner lists are shared: reordered in place
     finals = [

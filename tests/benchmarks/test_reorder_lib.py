@@ -59,3 +59,11 @@ def test_sim_block_cache_agrees_with_the_optimizers_token_metric(shape):
     assert token_hit_rate(tokens.rows(schedule)) == pytest.approx(
         trie_token_hit_rate(texts, tokenizer.encode)
     )
+
+
+def test_quick_greedy_depth_limits_fall_back_to_statistics_order():
+    """With col_stop=0 nothing recurses: one field order for every row, as their harness."""
+    frame = SHAPES["critics16"](200, seed=2)
+    enc = encode(frame)
+    assert len(quick_greedy(enc, col_stop=0).orders) == 1
+    assert len(quick_greedy(enc, row_stop=1).orders) < len(quick_greedy(enc).orders)
