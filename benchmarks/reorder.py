@@ -1,6 +1,6 @@
 """Reordering benchmark: hit rates and time of each method on real and synthetic tables.
 
-    python -m benchmarks.reorder [--sizes 28000,1000000] [--repeat 3] [--quick]
+    python -m benchmarks.reorder [--sizes 28000,1000000] [--repeat 3] [--quick] [--jobs 1]
                                  [--json benchmarks/results/reorder.json]
 
 Tables: every CSV in ../shared/data (all columns; skipped when absent), the seeded shapes of
@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,6 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--demo", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--only", help="comma-separated table specs to run (for debugging)")
+    parser.add_argument("--jobs", type=int, default=1, help="tables measured at once")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -204,10 +206,16 @@ def main(argv: list[str] | None = None) -> None:
     specs += [f"synthetic:{int(s)}" for s in args.sizes.split(",") if s]
     if args.only:
         specs = args.only.split(",")
-    results = []
-    for spec in specs:
+
+    def child(spec: str) -> dict:
         print(f"... {spec}", file=sys.stderr, flush=True)
-        results.append(run_child(spec, args.repeat, args.token_rows))
+        return run_child(spec, args.repeat, args.token_rows)
+
+    # The largest table first, so that with --jobs > 1 it overlaps the others.
+    order = sorted(range(len(specs)), key=lambda k: not specs[k].endswith("000000"))
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        done = dict(zip(order, pool.map(child, [specs[k] for k in order]), strict=True))
+    results = [done[k] for k in range(len(specs))]
     synthetic = [r for r in results if r["table"].startswith("synthetic")]
     scaling = None
     if len(synthetic) >= 2:
