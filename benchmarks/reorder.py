@@ -13,9 +13,10 @@ with a hand-written column merge where the table has exact functional dependenci
 Per method: `seconds` (median over `--repeat` runs of encode + reorder, file reading excluded;
 one run on tables above 100k rows), `char_hit_rate`, `token_hit_rate`
 (`benchmarks.lib.tokens`: the simulator's block cache, Llama 3 tokenizer when present; skipped
-above `--token-rows` rows) and `phc`. Per table: the upper bounds of `optimizer.bound` and
-GGR / bound. Each table runs in a fresh subprocess, so `max_rss_mb` is the peak memory of
-loading it and running everything on it. Writes JSON and a markdown table next to it.
+above `--token-rows` rows) and `phc`; the authors' port is skipped above `--authors-rows`.
+Per table: the upper bounds of `optimizer.bound` and GGR / bound. Each table runs in a
+fresh subprocess, so `max_rss_mb` is the peak memory of loading it and running everything
+on it. Writes JSON and a markdown table next to it.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def timed(run, repeat: int):
     return result, round(statistics.median(times), 4)
 
 
-def measure(spec: str, repeat: int, token_rows: int) -> dict:
+def measure(spec: str, repeat: int, token_rows: int, authors_rows: int) -> dict:
     """Run in a child process: load one table, time every method, compute metrics."""
     from benchmarks.lib.quickgreedy import quick_greedy
     from benchmarks.lib.tokens import RowTokens, default_tokenizer, token_hit_rate
@@ -88,6 +89,8 @@ def measure(spec: str, repeat: int, token_rows: int) -> dict:
         "authors_ggr": lambda: quick_greedy(encode(table)),
         "ggr": lambda: reorder(encode(table), method="ggr"),
     }
+    if enc.num_rows > authors_rows:
+        del runs["authors_ggr"]
     if base in AUTHORS_MERGE:
         runs["authors_ggr_merge"] = lambda: quick_greedy(encode(table), AUTHORS_MERGE[base])
     tokens = RowTokens(enc, default_tokenizer().encode) if enc.num_rows <= token_rows else None
@@ -124,9 +127,10 @@ def measure(spec: str, repeat: int, token_rows: int) -> dict:
     }
 
 
-def run_child(spec: str, repeat: int, token_rows: int) -> dict:
+def run_child(spec: str, repeat: int, token_rows: int, authors_rows: int) -> dict:
     command = [sys.executable, "-m", "benchmarks.reorder", "--child", spec]
     command += ["--repeat", str(repeat), "--token-rows", str(token_rows)]
+    command += ["--authors-rows", str(authors_rows)]
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark of {spec} failed:\n{proc.stderr}")
@@ -182,6 +186,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", default="28000,1000000")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--token-rows", type=int, default=200_000)
+    parser.add_argument(
+        "--authors-rows", type=int, default=10**9, help="skip the authors' port above this"
+    )
     parser.add_argument("--json", type=Path, default=ROOT / "benchmarks/results/reorder.json")
     parser.add_argument(
         "--quick", action="store_true", help="small sizes, results under .llm_assets"
@@ -192,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(args.child, args.repeat, args.token_rows)))
+        print(json.dumps(measure(args.child, args.repeat, args.token_rows, args.authors_rows)))
         return
     shape_rows = dict(SHAPE_ROWS)
     if args.quick or args.demo:
@@ -209,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def child(spec: str) -> dict:
         print(f"... {spec}", file=sys.stderr, flush=True)
-        return run_child(spec, args.repeat, args.token_rows)
+        return run_child(spec, args.repeat, args.token_rows, args.authors_rows)
 
     # The largest table first, so that with --jobs > 1 it overlaps the others.
     order = sorted(range(len(specs)), key=lambda k: not specs[k].endswith("000000"))
