@@ -263,21 +263,11 @@ class _Greedy:
         node_start, segments, vals_of = len(self.out_rows), [], dict(items)
         in_stats_order = sorted(range(len(rest)), key=lambda c: self.rank[rest[c]])
         while len(items) > 1 and len(cols) > 1 and not self._stopped(depth):
-            best_s, best_c, best_v = self.threshold, -1, -1
-            lookahead = len(items) <= LOOKAHEAD_ROWS and self.lookahead_left > 0
-            for c in cols:
-                w = self._weights(rest[c])
-                groups: dict[int, list] = {}
-                for _, vals in items:
-                    groups.setdefault(vals[c], []).append(vals)
-                for v, members in groups.items():
-                    if len(members) > 1:
-                        s = w[v] * (len(members) - 1)
-                        if s > best_s or (s == best_s and c == best_c and v < best_v):
-                            best_s, best_c, best_v = s, c, v
-            if lookahead:
+            if len(items) <= LOOKAHEAD_ROWS and self.lookahead_left > 0:
                 self.lookahead_left -= 1
                 best_s, best_c, best_v = self._best_rollout(items, cols, rest)
+            else:
+                best_s, best_c, best_v = self._best_value(items, cols, rest)
             if best_c < 0:
                 break
             group = [it for it in items if it[1][best_c] == best_v]
@@ -295,6 +285,22 @@ class _Greedy:
         if len(items) > 1:
             items.sort(key=lambda it: [it[1][c] for c in cols])
         self._emit([row for row, _ in items], prefix + tuple(rest[c] for c in cols))
+
+    def _best_value(self, items, cols: list[int], rest: list[int]):
+        """(HITCOUNT, c, v) of the best value; ties go to the earlier field's smaller value."""
+        best_s, best_c, best_v = self.threshold, -1, -1
+        columns = list(zip(*[vals for _, vals in items], strict=True))
+        for c in cols:
+            w = self._weights(rest[c])
+            counts: dict[int, int] = {}
+            for v in columns[c]:
+                counts[v] = counts.get(v, 0) + 1
+            for v, n in counts.items():
+                if n > 1:
+                    s = w[v] * (n - 1)
+                    if s > best_s or (s == best_s and c == best_c and v < best_v):
+                        best_s, best_c, best_v = s, c, v
+        return best_s, best_c, best_v
 
     def _best_rollout(self, items, cols: list[int], rest: list[int]):
         """The group to take first by rollout: every value's rows (c, v), scored by the PHC of
@@ -342,8 +348,8 @@ class _Greedy:
         return total
 
     def _pair(self, items, cols: list[int], rest: list[int], prefix) -> None:
-        """Two rows: the greedy takes their agreeing fields by descending weight (ties in
-        field order), then the free fields in leftover order. Same result, no loop."""
+        """Two rows: the greedy takes all their agreeing fields (led as `_lead` orders them),
+        then the free fields in leftover order. Same PHC, no loop."""
         (row_a, a), (row_b, b) = items
         shared = [c for c in cols if a[c] == b[c] and self._weights(rest[c])[a[c]] > self.threshold]
         free = sorted((c for c in cols if c not in shared), key=lambda c: self.rank[rest[c]])
