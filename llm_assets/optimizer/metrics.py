@@ -2,9 +2,13 @@
 
 - `char_hit_rate`: each row's cells concatenated (no separator) in its field order; rows
   inserted in schedule order into a character trie; sum over rows of the longest common
-  prefix with ANY earlier row, divided by the total characters. Computed without a trie:
-  the best earlier match of a string is one of its two nearest earlier-inserted neighbours
-  in sorted order, found by deleting rows from a sorted linked list in reverse schedule order.
+  prefix with ANY earlier row, divided by the total characters. That sum is the total length
+  minus the trie's node count, and the node count does not depend on the insertion order:
+  so only the per-row field orders matter, and the sum is computed as the LCPs of neighbours
+  in sorted order. (`trie_hits` gives the per-row hits in schedule order.)
+- `token_hit_rate`: the same over token ids in whole blocks, as vLLM's prefix cache with an
+  unbounded pool counts it: a row hits the full `block_size`-token blocks its token prefix
+  shares with an earlier row, never its last token; a shorter shared prefix earns nothing.
 - `phc`: prefix hit count of ggr_mlsys.txt Eq. 1-2: for each row, the sum of squared cell
   lengths over the leading cells equal to the PREVIOUS row's cells at the same positions. A
   cell is a (field, value) pair: the same text in another field is not a hit.
@@ -12,14 +16,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from llm_assets.optimizer.schedule import Pairs, Schedule, validate_schedule
 from llm_assets.optimizer.table import EncodedTable, TableLike, encode
 
-__all__ = ["char_hit_rate", "phc", "row_strings", "validate_schedule", "common_prefix_len"]
+__all__ = [
+    "char_hit_rate",
+    "common_prefix_len",
+    "phc",
+    "row_strings",
+    "sorted_hits",
+    "token_hit_rate",
+    "validate_schedule",
+]
 
 
 def _encoded(table: TableLike | EncodedTable, sched: Schedule) -> EncodedTable:
@@ -34,29 +46,41 @@ def _field_positions(enc: EncodedTable, sched: Schedule) -> list[np.ndarray]:
     return [np.array([index[f] for f in order], dtype=np.int64) for order in sched.orders]
 
 
-def row_strings(table: TableLike | EncodedTable, schedule: Pairs | Schedule) -> list[str]:
-    """Each scheduled row's cells concatenated in its field order, in schedule order."""
+def row_strings(
+    table: TableLike | EncodedTable, schedule: Pairs | Schedule, sep: str = ""
+) -> list[str]:
+    """Each scheduled row's cells joined by `sep` in its field order, in schedule order."""
     sched = Schedule.from_pairs(schedule)
     enc = _encoded(table, sched)
-    positions = _field_positions(enc, sched)
-    uniques = enc.uniques
-    out: list[str] = []
-    codes = enc.codes
-    for row, oid in zip(sched.rows.tolist(), sched.order_ids.tolist(), strict=True):
-        r = codes[row]
-        out.append("".join([uniques[j][r[j]] for j in positions[oid].tolist()]))
-    return out
+    out = np.empty(len(sched), dtype=object)
+    for oid, pos in enumerate(_field_positions(enc, sched)):
+        at = np.flatnonzero(sched.order_ids == oid)
+        rows = sched.rows[at]
+        text = np.full(len(at), "", dtype=object)
+        for k, j in enumerate(pos.tolist()):
+            if k and sep:
+                text = text + sep
+            text = text + enc.uniques[j][enc.codes[rows, j]]
+        out[at] = text
+    return out.tolist()
 
 
 def common_prefix_len(a: str, b: str) -> int:
-    """Length of the longest common prefix (binary search on C-level slice comparisons)."""
+    """Length of the longest common prefix (works on any sliceable sequences). Galloping then
+    binary search on C-level slice comparisons: windows of 8, 16, 32... characters until one
+    differs, then halving inside it; O(LCP) characters copied, O(log LCP) Python steps."""
     n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # invariant: a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 1:
+    lo, width = 0, 8
+    while True:  # invariant: a[:lo] == b[:lo]
+        hi = min(lo + width, n)
+        if a[lo:hi] != b[lo:hi]:
+            break
+        if hi == n:
+            return n
+        lo, width = hi, width * 2
+    while hi - lo > 1:  # invariant: a[:lo] == b[:lo] and a[lo:hi] != b[lo:hi]
         mid = (lo + hi) // 2
-        if a[:mid] == b[:mid]:
+        if a[lo:mid] == b[lo:mid]:
             lo = mid
         else:
             hi = mid
@@ -93,11 +117,36 @@ def trie_hits(strings: Sequence[str]) -> list[int]:
     return hits
 
 
+def sorted_hits(strings: Sequence[str]) -> int:
+    """Sum over `strings` of the longest common prefix with any earlier one, in any insertion
+    order: the LCPs of neighbours in sorted order (see the module docstring)."""
+    ordered = sorted(strings)
+    return sum(map(common_prefix_len, ordered[:-1], ordered[1:]))
+
+
 def char_hit_rate(table: TableLike | EncodedTable, schedule: Pairs | Schedule) -> float:
     """Character-trie prefix hit rate of `schedule` over `table` (0.0 for no characters)."""
     strings = row_strings(table, schedule)
     total = sum(map(len, strings))
-    return sum(trie_hits(strings)) / total if total else 0.0
+    return sorted_hits(strings) / total if total else 0.0
+
+
+def token_hit_rate(
+    texts: Sequence[str], tokenize: Callable[[str], Sequence[int]], block_size: int = 16
+) -> float:
+    """Share of the prompt tokens of `texts` (sent in this order) that an unbounded prefix
+    cache of `block_size`-token blocks serves (see the module docstring); 0.0 for none."""
+    ids = [tuple(tokenize(t)) for t in texts]
+    blocks = [
+        tuple(seq[k : k + block_size] for k in range(0, len(seq) - block_size + 1, block_size))
+        for seq in ids
+    ]
+    total = sum(map(len, ids))
+    if not total:
+        return 0.0
+    hits = trie_hits(blocks)
+    cap = [(len(seq) - 1) // block_size if seq else 0 for seq in ids]
+    return sum(map(min, hits, cap)) * block_size / total
 
 
 def phc(table: TableLike | EncodedTable, schedule: Pairs | Schedule) -> float:

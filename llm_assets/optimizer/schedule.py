@@ -23,6 +23,8 @@ class Schedule(Sequence):
     rows: np.ndarray
     order_ids: np.ndarray
     orders: tuple[tuple[str, ...], ...]
+    method_used: str = ""
+    """Which method produced it, when a method chose among candidates (`reorder`'s "ggr")."""
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -6,7 +6,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llm_assets.optimizer import METHODS, reorder
-from llm_assets.optimizer.metrics import char_hit_rate, common_prefix_len, phc, trie_hits
+from llm_assets.optimizer.metrics import (
+    char_hit_rate,
+    common_prefix_len,
+    phc,
+    token_hit_rate,
+    trie_hits,
+)
 from llm_assets.optimizer.schedule import Schedule, validate_schedule
 from llm_assets.optimizer.table import render_cell
 from tests.llm_assets.optimizer.strategies import tables
@@ -102,3 +108,31 @@ def test_schedule_round_trips_pairs():
     assert list(schedule) == [(r, f) for r, f in pairs]
     assert schedule.to_pairs() == [[r, f] for r, f in pairs]
     assert schedule[1] == (0, ["a", "b"]) and len(schedule.orders) == 2
+
+
+def chars(text: str) -> list[int]:
+    """A tokenizer with one token per character (makes block arithmetic visible)."""
+    return [ord(c) for c in text]
+
+
+def test_token_hit_rate_counts_whole_blocks_only():
+    # 8 tokens each; the second shares 7 with the first: one whole 4-token block
+    assert token_hit_rate(["abcdefgh", "abcdefgx"], chars, block_size=4) == 4 / 16
+    # a shared prefix shorter than a block earns nothing
+    assert token_hit_rate(["abcx", "abcy"], chars, block_size=4) == 0.0
+    # a hit never covers the last token: an identical 8-token prompt hits one block, not two
+    assert token_hit_rate(["abcdefgh", "abcdefgh"], chars, block_size=4) == 4 / 16
+
+
+@given(st.lists(st.text(alphabet="ab", max_size=12), max_size=8))
+@settings(max_examples=100, deadline=None)
+def test_token_hit_rate_matches_a_direct_count(texts):
+    """Each text hits the whole blocks of its longest token prefix shared with an earlier
+    text, capped one token short of its length."""
+    total = sum(map(len, texts))
+    hits = 0
+    for i, t in enumerate(texts):
+        shared = max((common_prefix_len(t, u) for u in texts[:i]), default=0)
+        hits += min(shared // 3, (len(t) - 1) // 3 if t else 0) * 3
+    expected = hits / total if total else 0.0
+    assert token_hit_rate(texts, chars, block_size=3) == pytest.approx(expected)

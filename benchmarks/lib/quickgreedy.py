@@ -1,0 +1,197 @@
+"""The GGR authors' QuickGreedy, ported as a reproducible benchmark baseline.
+
+Written from the paper (ggr_mlsys.txt, section 2.2) and the published behaviour of their
+harness's `QuickGreedy.reorder` (defaults as their benchmarks run it), not copied:
+
+1. Optional column merge: each given group of columns becomes one column whose value is the
+   members' values joined by "|", members ordered by the column statistics; merged columns
+   go after the others.
+2. Column statistics (their score): mean(len(value)^2) x (rows / distinct - 1), stable sort,
+   highest first. Columns with more than `distinct_value_threshold` x rows distinct values
+   (0.7) are set aside and appended to every row after the recursed fields, in that order.
+3. The recursed fields are put in statistics order and the rows sorted lexicographically
+   (their `fixed_reorder`), then cut into halves until each piece has at most `base` rows
+   (2,000); each piece is reordered on its own (they run the pieces in separate processes).
+4. In a piece (their `recursive_reorder`): count every cell value over all fields together
+   (a value is its text, whatever its field); pick the value v maximising
+   len(v)^2 x (count - 1), ties to the value met first reading rows in order, cells in their
+   current order; a pick below `early_stop` (0) ends the piece in statistics order. Every row
+   holding v moves its cells equal to v to the front (in current order); their first cell
+   is dropped and the remaining cells of that group are reordered the same way (column
+   recursion); then the rows without v are reordered the same way (row recursion). A pick
+   of score 0 still recurses (it peels the first row), as theirs does. Depth limits
+   `row_stop` / `col_stop` send what is left at that depth to statistics order; their
+   defaults (the table's rows and columns) never bind, which None stands for here.
+5. Finally every row's cell list (recursed cells in their new order, then the set-aside
+   fields) is sorted lexicographically as a whole: that is the row order.
+
+Differences that do not change the schedule: counts are updated as groups leave instead of
+recounted, and a heap finds the maximum. Cells are the rendered strings of
+`llm_assets.optimizer.table` (their harness compares pandas values; for the string tables
+here that is the same). One-way dependencies (their experimental option) are not ported.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
+from llm_assets.optimizer.schedule import Schedule
+from llm_assets.optimizer.table import EncodedTable
+
+Cell = tuple[int, str]  # (column of the working table, text)
+
+
+def _stats_order(columns: list[list[str]]) -> list[int]:
+    """Their column statistics: mean(len^2) x (rows / distinct - 1), highest first, stable."""
+    scores = []
+    for values in columns:
+        distinct = len(set(values))
+        mean_sq = sum(len(v) ** 2 for v in values) / len(values) if values else 0.0
+        scores.append(mean_sq * (len(values) / distinct - 1) if distinct else 0.0)
+    return sorted(range(len(columns)), key=lambda c: -scores[c])
+
+
+def _reached(depth: int, limit: int | None) -> bool:
+    return limit is not None and depth >= limit
+
+
+class _Piece:
+    """Column and row recursion of one piece. Rows are lists of cells, reordered in place."""
+
+    def __init__(self, early_stop: float, row_stop: int | None, col_stop: int | None):
+        self.early_stop = early_stop
+        self.row_stop = row_stop
+        self.col_stop = col_stop
+
+    def solve(self, rows: list[list[Cell]], row_depth: int = 0, col_depth: int = 0) -> None:
+        """Their `recursive_reorder`: each group taken is one row recursion deeper (the rows
+        left after it), its tails one column recursion deeper; at a depth limit the rest
+        falls back to statistics order."""
+        counts = Counter(text for row in rows for _, text in row)
+        heap = [(-(len(v) ** 2) * (n - 1), v) for v, n in counts.items()]
+        heapq.heapify(heap)
+        alive = list(range(len(rows)))
+        while alive and heap:
+            if _reached(row_depth, self.row_stop) or _reached(col_depth, self.col_stop):
+                self._fixed(rows, alive)
+                return
+            value, score = self._pick(rows, alive, counts, heap)
+            if value is None:
+                return
+            if score < self.early_stop:
+                self._fixed(rows, alive)
+                return
+            group = [i for i in alive if any(text == value for _, text in rows[i])]
+            taken = set(group)
+            alive = [i for i in alive if i not in taken]
+            for i in group:
+                row = rows[i]
+                row[:] = [c for c in row if c[1] == value] + [c for c in row if c[1] != value]
+            tails = [rows[i][1:] for i in group]
+            self.solve(tails, row_depth, col_depth + 1)
+            row_depth += 1
+            for i, tail in zip(group, tails, strict=True):
+                rows[i][1:] = tail
+                for _, text in rows[i]:
+                    counts[text] -= 1
+            for text in {text for i in group for _, text in rows[i]}:
+                if counts[text] > 0:
+                    heapq.heappush(heap, (-(len(text) ** 2) * (counts[text] - 1), text))
+
+    def _pick(self, rows, alive, counts, heap) -> tuple[str | None, float]:
+        """The highest-scoring value, ties to its first occurrence in row-major order."""
+        while heap:
+            neg, v = heap[0]
+            if counts[v] > 0 and -(len(v) ** 2) * (counts[v] - 1) == neg:
+                break
+            heapq.heappop(heap)
+        else:
+            return None, 0.0
+        top = heap[0][0]
+        if top == 0:  # every value scores 0: the first cell read wins
+            return next(row[0][1] for i in alive if (row := rows[i])), 0.0
+        tied = set()
+        while heap and heap[0][0] == top:
+            neg, v = heapq.heappop(heap)
+            if counts[v] > 0 and -(len(v) ** 2) * (counts[v] - 1) == neg:
+                tied.add(v)
+        chosen = next(text for i in alive for _, text in rows[i] if text in tied)
+        for v in tied - {chosen}:
+            heapq.heappush(heap, (top, v))
+        return chosen, -top
+
+    @staticmethod
+    def _fixed(rows, alive) -> None:
+        """Their fallback: positions in statistics order (rows of a piece share positions)."""
+        width = len(rows[alive[0]])
+        columns = [[rows[i][p][1] for i in alive] for p in range(width)]
+        order = _stats_order(columns)
+        for i in alive:
+            rows[i][:] = [rows[i][p] for p in order]
+
+
+def _pieces(start: int, stop: int, base: int) -> list[tuple[int, int]]:
+    """Their split: halve (first half len // 2) until a piece has at most `base` rows."""
+    if stop - start <= base:
+        return [(start, stop)]
+    mid = start + (stop - start) // 2
+    return _pieces(start, mid, base) + _pieces(mid, stop, base)
+
+
+def quick_greedy(
+    enc: EncodedTable,
+    col_merge: Sequence[Sequence[str]] = (),
+    distinct_value_threshold: float = 0.7,
+    base: int = 2000,
+    early_stop: float = 0.0,
+    row_stop: int | None = None,
+    col_stop: int | None = None,
+) -> Schedule:
+    """Their QuickGreedy schedule of `enc` (see the module docstring)."""
+    n = enc.num_rows
+    texts = [enc.uniques[j][enc.codes[:, j]].tolist() for j in range(len(enc.fields))]
+    stats_all = _stats_order(texts)
+    merged = {enc.fields.index(f) for group in col_merge for f in group}
+    units: list[list[int]] = [[j] for j in range(len(enc.fields)) if j not in merged]
+    for group in col_merge:
+        members = {enc.fields.index(f) for f in group}
+        units.append([j for j in stats_all if j in members])
+    values = [
+        texts[u[0]]
+        if len(u) == 1
+        else ["|".join(t) for t in zip(*(texts[j] for j in u), strict=True)]
+        for u in units
+    ]
+    stats = _stats_order(values)
+    too_distinct = {
+        u for u in range(len(units)) if len(set(values[u])) > distinct_value_threshold * n
+    }
+    aside = [u for u in stats if u in too_distinct]
+    recurse = [u for u in stats if u not in too_distinct]
+    # fixed_reorder: statistics order, rows sorted (the row index breaks ties, as theirs).
+    order = sorted(range(n), key=lambda r: ([values[u][r] for u in recurse], r))
+    rows = [[(u, values[u][r]) for u in recurse] for r in order]
+    piece = _Piece(early_stop, row_stop, col_stop)
+    for start, stop in _pieces(0, n, base):
+        piece.solve(rows[start:stop])  # the inner lists are shared: reordered in place
+    finals = [
+        [text for _, text in rows[k]] + [values[u][r] for u in aside] for k, r in enumerate(order)
+    ]
+    ranked = sorted(range(n), key=lambda k: finals[k])
+    field_orders: dict[tuple[int, ...], int] = {}
+    ids = []
+    for k in ranked:
+        fields = tuple(j for u, _ in rows[k] for j in units[u]) + tuple(
+            j for u in aside for j in units[u]
+        )
+        ids.append(field_orders.setdefault(fields, len(field_orders)))
+    return Schedule(
+        np.asarray([order[k] for k in ranked], dtype=np.int64),
+        np.asarray(ids, dtype=np.int32),
+        tuple(tuple(enc.fields[j] for j in f) for f in field_orders),
+        method_used="authors_ggr",
+    )
