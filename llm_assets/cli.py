@@ -77,6 +77,7 @@ def reorder(input_path: Path, fields: str | None, method: str, out: Path | None)
         "rows": enc.num_rows,
         "fields": list(enc.fields),
         "method": method,
+        "method_used": schedule.method_used or method,
         "char_hit_rate": round(char_hit_rate(enc, schedule), 6),
         "phc": phc(enc, schedule),
         "seconds": round(seconds, 4),

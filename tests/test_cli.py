@@ -35,9 +35,18 @@ def test_reorder_prints_one_json_object_and_writes_the_schedule(table_csv, tmp_p
     )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    assert set(result) == {"rows", "fields", "method", "char_hit_rate", "phc", "seconds"}
+    assert set(result) == {
+        "rows",
+        "fields",
+        "method",
+        "method_used",
+        "char_hit_rate",
+        "phc",
+        "seconds",
+    }
     assert result["rows"] == 4 and result["fields"] == ["movie", "review"]
     assert result["method"] == method and 0 <= result["char_hit_rate"] <= 1
+    assert result["method_used"] in ("original", "column_stats", "ggr")
     schedule = json.loads(out.read_text())["schedule"]
     assert sorted(row for row, _ in schedule) == [0, 1, 2, 3]
     assert all(sorted(fields) == ["movie", "review"] for _, fields in schedule)
