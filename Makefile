@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOME_DIR := $(CURDIR)/.llm_assets
 DAGSTER_HOME ?= $(HOME_DIR)/dagster_home
 
-.PHONY: install demo dev mlflow-ui test lint format clean
+.PHONY: install demo dev mlflow-ui test lint format clean llama-server
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ format: $(STAMP)
 
 test: lint
 	$(VENV)/bin/pytest -q
+
+# llama.cpp's C++ server from the pinned llama-cpp-python sdist, built once into
+# ~/.cache/llm-assets/llama.cpp-<version>/ (about 5 min on 2 cores; needs cmake and g++).
+llama-server: $(STAMP)
+	$(PY) -m benchmarks.lib.llama_cpp_build
 
 clean:
 	rm -rf $(VENV) .llm_assets .pytest_cache

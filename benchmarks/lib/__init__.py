@@ -1,0 +1,1 @@
+"""Helpers shared by benchmarks and the tests that drive a real engine."""
