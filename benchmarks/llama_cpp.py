@@ -34,6 +34,7 @@ import pandas as pd
 from benchmarks.lib.gguf_model import BOS_ID, LlamaShape, write_model
 from benchmarks.lib.llama_cpp_build import VERSION, build
 from benchmarks.lib.llama_cpp_pair import PairRun, first_rows_csv, run_pair
+from benchmarks.lib.llama_server import one_slot_cached
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TOKENIZER = SHARED / "tokenizers" / "llama3_tokenizer.json"
@@ -46,26 +47,18 @@ SHAPES = {
 SIM_DEPLOYMENT = {"gpu": "L4", "model": "llama-3-8b"}
 
 
-def one_slot_cached(token_ids: list[list[int]]) -> list[int]:
-    """Cached tokens per request under one llama.cpp slot holding the previous prompt."""
-    cached, previous = [], []
-    for ids in token_ids:
-        common = 0
-        for a, b in zip(previous, ids, strict=False):
-            if a != b:
-                break
-            common += 1
-        cached.append(min(common, len(ids) - 1))
-        previous = ids
-    return cached
-
-
-def sim_prediction(requests: pd.DataFrame, tokenizer: Path) -> dict:
-    """The simulator's cached tokens and engine seconds for the requests as sent."""
+def sim_prediction(requests: pd.DataFrame, num_blocks: int | None = None) -> dict:
+    """The simulator's cached tokens and engine seconds for the requests as sent, each with
+    its measured output length; `num_blocks` overrides the KV cache's size in 16-token blocks."""
     from resources.engine import Request
     from resources.sim.engine import SimulatedEngine
 
-    engine = SimulatedEngine(**SIM_DEPLOYMENT, tokenizer=str(tokenizer), max_num_seqs=1)
+    engine = SimulatedEngine(
+        **SIM_DEPLOYMENT,
+        tokenizer=str(TOKENIZER),
+        max_num_seqs=1,
+        num_gpu_blocks_override=num_blocks,
+    )
     sent = [
         Request(id=rid, prompt=prompt, max_tokens=max(1, int(n_out)))
         for rid, prompt, n_out in zip(
@@ -74,7 +67,7 @@ def sim_prediction(requests: pd.DataFrame, tokenizer: Path) -> dict:
     ]
     result = engine.run("llama_cpp", sent)
     return {
-        "prompt_tokens": result.stats.prompt_tokens,
+        "kv_blocks": engine.num_kv_blocks,
         "cached_tokens": result.stats.cached_tokens,
         "hit_rate": result.stats.token_hit_rate,
         "engine_time_s": result.stats.engine_time_s,
@@ -82,42 +75,45 @@ def sim_prediction(requests: pd.DataFrame, tokenizer: Path) -> dict:
     }
 
 
+def _agreement(predicted: list[int], measured: list[int]) -> dict:
+    """How close per-request predictions are: exact matches and mean absolute difference."""
+    diffs = [abs(a - b) for a, b in zip(predicted, measured, strict=True)]
+    return {"requests_equal": diffs.count(0), "mean_abs_diff_tokens": statistics.fmean(diffs)}
+
+
 def _record(runs: list[PairRun], tokenizer) -> dict:
-    """One method's measurements over repeats, with both predictions."""
+    """One method's measurements over repeats, with the predictions for its requests."""
     first = runs[0]
     requests = first.run.requests
     measured = [int(c) for c in requests["cached_tokens"]]
     ids = [[BOS_ID, *tokenizer.encode(p, add_special_tokens=False).ids] for p in requests["prompt"]]
     rule = one_slot_cached(ids)
-    sim = sim_prediction(requests, TOKENIZER)
     meta = first.run.metadata
     prompt_tokens = int(meta["prompt_tokens"])
+    # a cache the size of the one slot: the longest request's blocks, plus one
+    lengths = [len(i) + int(n) for i, n in zip(ids, requests["output_tokens"], strict=True)]
+    slot_blocks = -(-max(lengths) // 16)
+    sims = {
+        "sim": sim_prediction(requests),
+        "sim_one_slot": sim_prediction(requests, slot_blocks + 1),
+    }
+    times = [float(r.run.metadata["engine_time_s"]) for r in runs]
     return {
         "requests": len(requests),
-        "rows_in": meta["rows_in"],
-        "rows_answered": meta["rows_answered"],
-        "rows_failed": meta["rows_failed"],
-        "rows_skipped": meta["rows_skipped"],
+        **{k: meta[k] for k in ("rows_in", "rows_answered", "rows_failed", "rows_skipped")},
         "prompt_tokens": prompt_tokens,
         "output_tokens": int(meta["output_tokens"]),
         "cached_tokens": [r.cached_tokens for r in runs],
         "server_cached_tokens": [r.server_cached_tokens for r in runs],
         "hit_rate": first.hit_rate,
-        "engine_time_s": [round(float(r.run.metadata["engine_time_s"]), 3) for r in runs],
-        "engine_time_s_median": round(
-            statistics.median(float(r.run.metadata["engine_time_s"]) for r in runs), 3
-        ),
-        "one_slot_rule": {
-            "cached_tokens": sum(rule),
-            "hit_rate": sum(rule) / prompt_tokens,
-            "requests_equal": sum(a == b for a, b in zip(rule, measured, strict=True)),
-        },
-        "sim": {k: v for k, v in sim.items() if k != "per_request"}
-        | {
-            # the sim counts no BOS: compare per request after adding it to its prompt count
-            "requests_equal": sum(
-                a == b for a, b in zip(sim["per_request"], measured, strict=True)
-            ),
+        "engine_time_s": [round(t, 3) for t in times],
+        "engine_time_s_median": round(statistics.median(times), 3),
+        "one_slot_rule": {"cached_tokens": sum(rule), "hit_rate": sum(rule) / prompt_tokens}
+        | _agreement(rule, measured),
+        **{
+            name: {k: v for k, v in sim.items() if k != "per_request"}
+            | _agreement(sim["per_request"], measured)
+            for name, sim in sims.items()
         },
     }
 
@@ -177,34 +173,42 @@ def markdown(result: dict) -> str:
         f"{result['model']['n_embd']}x{result['model']['n_layer']} "
         f"({result['model']['bytes'] / 2**20:.0f} MiB, written in {result['model_write_s']} s) "
         f"with the Llama 3 tokenizer; {result['rows']} rows of movies_small.csv; one slot, one "
-        f"request in flight. Sim: {result['sim_deployment']['gpu']} + "
-        f"{result['sim_deployment']['model']}, one sequence at a time.",
+        f"request in flight, host prompt cache off. Sim: {result['sim_deployment']['gpu']} + "
+        f"{result['sim_deployment']['model']}, one sequence at a time, its default KV cache "
+        "(`sim`) or one the size of the slot (`sim 1-slot`). Per-request columns: requests "
+        "predicted exactly / mean absolute difference in cached tokens.",
         "",
-        "| job | order | requests | prompt tok | cached (project) | cached (server) | hit rate "
-        "| one-slot rule | = per req | sim hit rate | sim = per req | engine s (median) "
-        "| sim engine s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| job | order | requests | prompt tok | cached: project = server | hit rate "
+        "| one-slot rule | sim | sim 1-slot | engine s (median) | sim engine s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def predicted(p: dict, n: int) -> str:
+        return f"{p['hit_rate']:.1%} ({p['requests_equal']}/{n}, {p['mean_abs_diff_tokens']:.1f})"
+
     for job, methods in result["jobs"].items():
         for method in ("original", "ggr"):
             m = methods[method]
-            rule, sim = m["one_slot_rule"], m["sim"]
+            n = m["requests"]
+            same = "=" if m["cached_tokens"] == m["server_cached_tokens"] else "!="
             lines.append(
-                f"| {job} | {method} | {m['requests']} | {m['prompt_tokens']} "
-                f"| {m['cached_tokens'][0]} | {m['server_cached_tokens'][0]} "
-                f"| {m['hit_rate']:.1%} | {rule['hit_rate']:.1%} "
-                f"| {rule['requests_equal']}/{m['requests']} | {sim['hit_rate']:.1%} "
-                f"| {sim['requests_equal']}/{m['requests']} | {m['engine_time_s_median']} "
-                f"| {sim['engine_time_s']:.2f} |"
+                f"| {job} | {method} | {n} | {m['prompt_tokens']} "
+                f"| {m['cached_tokens'][0]} {same} {m['server_cached_tokens'][0]} "
+                f"| {m['hit_rate']:.1%} | {predicted(m['one_slot_rule'], n)} "
+                f"| {predicted(m['sim'], n)} | {predicted(m['sim_one_slot'], n)} "
+                f"| {m['engine_time_s_median']} | {m['sim']['engine_time_s']:.2f} |"
             )
     lines.append("")
     for job, methods in result["jobs"].items():
         s = methods["speedup"]
         orig, ggr = methods["original"], methods["ggr"]
+        gains = {
+            k: f"{ggr[k]['hit_rate'] - orig[k]['hit_rate']:+.1%}" for k in ("sim", "sim_one_slot")
+        }
         lines.append(
             f"- {job}: GGR speed-up measured {s['measured']:.2f}x, simulated {s['sim']:.2f}x; "
             f"hit rate gain measured {ggr['hit_rate'] - orig['hit_rate']:+.1%}, simulated "
-            f"{ggr['sim']['hit_rate'] - orig['sim']['hit_rate']:+.1%}."
+            f"{gains['sim']} (1-slot cache {gains['sim_one_slot']})."
         )
     return "\n".join(lines) + "\n"
 

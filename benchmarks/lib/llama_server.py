@@ -28,6 +28,22 @@ ALIAS = "random-llama3"
 """The model name the server answers to (`--alias`)."""
 
 
+def one_slot_cached(token_ids: list[list[int]]) -> list[int]:
+    """Cached tokens per request, sent one at a time to one slot with the host prompt cache off:
+    the longest common prefix with the previous request's tokens (BOS included), less one when
+    the whole prompt matches (llama.cpp always computes at least one token)."""
+    cached, previous = [], []
+    for ids in token_ids:
+        common = 0
+        for a, b in zip(previous, ids, strict=False):
+            if a != b:
+                break
+            common += 1
+        cached.append(min(common, len(ids) - 1))
+        previous = ids
+    return cached
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -44,7 +60,7 @@ class LlamaServer:
         *,
         slots: int = 1,
         ctx_per_slot: int = 4096,
-        threads: int = 2,
+        threads: int = 1,
         cache_ram_mib: int = 0,
         log_path: Path | None = None,
         startup_timeout_s: float = 120.0,

@@ -4,7 +4,8 @@ Skipped (one line) unless the binary is built: `make llama-server` (`.ci/run` do
 model is a small random-weight Llama with the real Llama 3 tokenizer, written per session.
 What is asserted is what does not depend on timing: the project's cached-token count equals
 the server's own counter, GGR's real hit rate beats the original order's, every row is
-accounted for, and prompt token counts are the Llama 3 tokenizer's.
+accounted for, prompt token counts are the Llama 3 tokenizer's, and each request's cached
+tokens are its common prefix with the previous request (one slot, one request in flight).
 """
 
 import pytest
@@ -15,9 +16,9 @@ BINARY = server_binary()
 if BINARY is None:
     pytest.skip("llama-server is not built (make llama-server)", allow_module_level=True)
 
-from benchmarks.lib.gguf_model import write_model  # noqa: E402
+from benchmarks.lib.gguf_model import BOS_ID, write_model  # noqa: E402
 from benchmarks.lib.llama_cpp_pair import first_rows_csv, run_pair  # noqa: E402
-from benchmarks.lib.llama_server import LlamaServer  # noqa: E402
+from benchmarks.lib.llama_server import LlamaServer, one_slot_cached  # noqa: E402
 from tests.conftest import shared_file  # noqa: E402
 
 pytestmark = pytest.mark.llama_cpp
@@ -61,16 +62,29 @@ def test_every_row_accounted_for(pair):
         assert meta["rows_in"] == ROWS
         assert meta["rows_answered"] + meta["rows_failed"] + meta["rows_skipped"] == ROWS
         assert meta["rows_failed"] == 0 and meta["errors"] == 0
-        assert len(r.run.requests) == meta["n_requests"] == meta["rows_to_llm"]
+        assert len(r.run.requests) == meta["n_requests"] == meta["requests_sent"] > 0
 
 
-def test_prompt_tokens_are_the_llama3_tokenizers(pair, model, tokenizer_json, tmp_path):
+@pytest.fixture(scope="module")
+def llama3(tokenizer_json):
     from tokenizers import Tokenizer
 
-    hf = Tokenizer.from_file(str(tokenizer_json))
+    return Tokenizer.from_file(str(tokenizer_json))
+
+
+def _ids(llama3, prompts) -> list[list[int]]:
+    return [llama3.encode(p, add_special_tokens=False).ids for p in prompts]
+
+
+def test_prompt_tokens_are_the_llama3_tokenizers(pair, model, llama3, tmp_path):
     requests = pair["ggr"].run.requests
+    ids = _ids(llama3, requests["prompt"])
     with LlamaServer(BINARY, model, log_path=tmp_path / "server.log") as server:
-        for prompt, sent in zip(requests["prompt"], requests["prompt_tokens"], strict=True):
-            ids = hf.encode(prompt, add_special_tokens=False).ids
-            assert server.tokenize(prompt) == ids
-            assert sent == len(ids) + 1  # the server adds BOS, as Llama 3 does
+        assert [server.tokenize(p) for p in requests["prompt"]] == ids
+    assert list(requests["prompt_tokens"]) == [len(i) + 1 for i in ids]  # + BOS, as Llama 3
+
+
+def test_each_request_reuses_its_common_prefix_with_the_previous_one(pair, llama3):
+    for method, r in pair.items():
+        ids = [[BOS_ID, *i] for i in _ids(llama3, r.run.requests["prompt"])]
+        assert list(r.run.requests["cached_tokens"]) == one_slot_cached(ids), method
