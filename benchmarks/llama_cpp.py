@@ -101,6 +101,8 @@ def _record(runs: list[PairRun], tokenizer) -> dict:
     return {
         "requests": len(requests),
         **{k: meta[k] for k in ("rows_in", "rows_answered", "rows_failed", "rows_skipped")},
+        "spec_violations": meta["spec_violations"],
+        "failed_checks": first.run.failed_checks,
         "prompt_tokens": prompt_tokens,
         "output_tokens": int(meta["output_tokens"]),
         "cached_tokens": [r.cached_tokens for r in runs],
