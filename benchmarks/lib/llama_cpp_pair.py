@@ -30,6 +30,7 @@ import pandas as pd
 from benchmarks.lib.llama_server import ALIAS, LlamaServer
 
 DUMMY_KEY = "no-key-needed"
+REQUEST_COLUMNS = ["request_id", "prompt", "prompt_tokens", "cached_tokens", "output_tokens"]
 
 
 @contextlib.contextmanager
@@ -102,11 +103,22 @@ def run_query(job: str, movies_csv: Path, method: str, *, max_concurrency: int =
 
 
 def _requests_sent(group: str) -> pd.DataFrame:
-    """The plan's sendable prompts in send order, joined with what the engine reported."""
+    """The plan's sendable prompts in send order, joined with what the engine reported (no rows
+    when the run did not store both tables)."""
     from resources.home import llm_assets_home
 
     path = llm_assets_home() / "warehouse.duckdb"
+    if not path.exists():
+        return pd.DataFrame(columns=REQUEST_COLUMNS)
     with duckdb.connect(str(path), read_only=True) as con:
+        tables = {
+            t
+            for (t,) in con.execute(
+                "select table_name from information_schema.tables where table_schema = ?", [group]
+            ).fetchall()
+        }
+        if not {"request_plan", "llm_outputs"} <= tables:  # the run failed before storing them
+            return pd.DataFrame(columns=REQUEST_COLUMNS)
         return con.execute(
             f"select p.request_id, p.prompt, o.prompt_tokens, o.cached_tokens, o.output_tokens "
             f"from {group}.request_plan p join {group}.llm_outputs o using (request_id) "

@@ -44,6 +44,7 @@ def pair(tmp_path_factory, model):
 
 def test_project_cached_tokens_equal_the_server_counter(pair):
     for method, r in pair.items():
+        assert r.run.success, (method, r.run.failed_checks)
         assert r.cached_tokens == r.server_cached_tokens, method
         prompt_tokens = r.run.metadata["prompt_tokens"]
         computed = r.server["prompt_tokens_total"]
@@ -52,6 +53,7 @@ def test_project_cached_tokens_equal_the_server_counter(pair):
 
 
 def test_ggr_real_hit_rate_beats_the_original_order(pair):
+    assert all(r.run.success for r in pair.values())
     assert pair["ggr"].hit_rate > pair["original"].hit_rate
 
 
@@ -78,6 +80,7 @@ def _ids(llama3, prompts) -> list[list[int]]:
 
 def test_prompt_tokens_are_the_llama3_tokenizers(pair, model, llama3, tmp_path):
     requests = pair["ggr"].run.requests
+    assert not requests.empty
     ids = _ids(llama3, requests["prompt"])
     with LlamaServer(BINARY, model, log_path=tmp_path / "server.log") as server:
         assert [server.tokenize(p) for p in requests["prompt"]] == ids
@@ -87,4 +90,5 @@ def test_prompt_tokens_are_the_llama3_tokenizers(pair, model, llama3, tmp_path):
 def test_each_request_reuses_its_common_prefix_with_the_previous_one(pair, llama3):
     for method, r in pair.items():
         ids = [[BOS_ID, *i] for i in _ids(llama3, r.run.requests["prompt"])]
+        assert ids, method
         assert list(r.run.requests["cached_tokens"]) == one_slot_cached(ids), method
