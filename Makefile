@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOME_DIR := $(CURDIR)/.llm_assets
 DAGSTER_HOME ?= $(HOME_DIR)/dagster_home
 
-.PHONY: install demo dev mlflow-ui test lint format clean conformance
+.PHONY: install demo dev mlflow-ui test lint format clean conformance llama-server
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,10 @@ $(CONFORMANCE_STAMP): pyproject.toml
 
 conformance: $(STAMP) $(CONFORMANCE_STAMP)
 	$(PY) -m benchmarks.vllm_conformance --vllm-python $(CONFORMANCE_VENV)/bin/python --record-traces
+# llama.cpp's C++ server from the pinned llama-cpp-python sdist, built once into
+# ~/.cache/llm-assets/llama.cpp-<version>/ (about 5 min on 2 cores; needs cmake and g++).
+llama-server: $(STAMP)
+	$(PY) -m benchmarks.lib.llama_cpp_build
 
 clean:
 	rm -rf $(VENV) $(CONFORMANCE_VENV) .llm_assets .pytest_cache

@@ -1,1 +1,2 @@
-"""Helpers shared by benchmarks (kept apart from the benchmarks' command-line modules)."""
+"""Helpers shared by benchmarks and the tests that drive them or a real engine (kept apart from
+the benchmarks' command-line modules)."""

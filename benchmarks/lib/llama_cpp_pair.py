@@ -1,0 +1,181 @@
+"""An original-vs-GGR pair through the project's own pipeline on a real `llama-server`.
+
+`run_pair(binary, model, movies_csv, home)` runs one query job (Q1 by default) once per method
+with `LLM_ASSETS_ENGINE=openai`, each against a fresh `llama-server` (one slot, empty cache),
+and returns one `PairRun` per method: the project's own counts (the `llm_outputs`
+materialization's metadata), the server's `/metrics` counters over the run, the row accounting,
+the asset checks, and the requests exactly as sent (for the simulator's prediction).
+
+`run_query(job, movies_csv, method)` is the single call into the project's pipeline; it reads
+the engine from the `LLM_ASSETS_*` environment that `openai_env` sets, like `dagster job
+execute` would.
+
+Work-arounds for defects of the OpenAI engine path (issue 13, fixed on another branch):
+`LLM_ASSETS_OPENAI_API_KEY` is set to a dummy value (a keyless server still needs one), and
+`max_concurrency` in run config repeats `base_url` and `model` (as `env:` references).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from benchmarks.lib.llama_server import ALIAS, LlamaServer
+
+DUMMY_KEY = "no-key-needed"
+REQUEST_COLUMNS = ["request_id", "prompt", "prompt_tokens", "cached_tokens", "output_tokens"]
+
+
+@contextlib.contextmanager
+def openai_env(base_url: str, model: str, home: Path) -> Iterator[None]:
+    """Point the project at an OpenAI-compatible server (restores the environment after)."""
+    values = {
+        "LLM_ASSETS_ENGINE": "openai",
+        "LLM_ASSETS_OPENAI_BASE_URL": base_url,
+        "LLM_ASSETS_OPENAI_MODEL": model,
+        "LLM_ASSETS_OPENAI_API_KEY": DUMMY_KEY,
+        "LLM_ASSETS_HOME": str(home),
+    }
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@dataclass
+class QueryRun:
+    """What one pipeline run reports, read back from Dagster and the warehouse."""
+
+    success: bool
+    metadata: dict[str, object]
+    """The `llm_outputs` materialization's metadata (cached_tokens, rows_answered, ...)."""
+    failed_checks: list[str]
+    requests: pd.DataFrame
+    """One row per request sent, in send order: prompt, prompt/cached/output tokens."""
+
+
+def run_query(job: str, movies_csv: Path, method: str, *, max_concurrency: int = 1) -> QueryRun:
+    """Run `job` on `movies_csv` with reordering `method` through the project's pipeline."""
+    from jobs.definitions import build_defs
+    from jobs.resources import get_environment, resources_for
+
+    defs = build_defs(resources_for(get_environment()))
+    engine = {
+        "base_url": {"env": "LLM_ASSETS_OPENAI_BASE_URL"},
+        "model": {"env": "LLM_ASSETS_OPENAI_MODEL"},
+        "max_concurrency": max_concurrency,
+    }
+    config = {
+        "ops": {"movies_source": {"config": {"paths": [str(movies_csv)]}}},
+        "resources": {
+            "options": {"config": {"method": method}},
+            "llm_engine": {"config": engine},
+            "response_cache": {"config": {"enabled": False}},
+        },
+    }
+    result = defs.resolve_job_def(job).execute_in_process(run_config=config, raise_on_error=False)
+    outputs = [
+        e.materialization
+        for e in result.get_asset_materialization_events()
+        if e.materialization.asset_key.path[-1] == "llm_outputs"
+    ]
+    metadata = {k: v.value for k, v in outputs[-1].metadata.items()} if outputs else {}
+    failed = [
+        f"{e.asset_key.to_user_string()}:{e.check_name}"
+        for e in result.get_asset_check_evaluations()
+        if not e.passed
+    ]
+    group = job.removesuffix("_job")
+    return QueryRun(result.success, metadata, failed, _requests_sent(group))
+
+
+def _requests_sent(group: str) -> pd.DataFrame:
+    """The plan's sendable prompts in send order, joined with what the engine reported (no rows
+    when the run did not store both tables)."""
+    from resources.home import llm_assets_home
+
+    path = llm_assets_home() / "warehouse.duckdb"
+    if not path.exists():
+        return pd.DataFrame(columns=REQUEST_COLUMNS)
+    with duckdb.connect(str(path), read_only=True) as con:
+        tables = {
+            t
+            for (t,) in con.execute(
+                "select table_name from information_schema.tables where table_schema = ?", [group]
+            ).fetchall()
+        }
+        if not {"request_plan", "llm_outputs"} <= tables:  # the run failed before storing them
+            return pd.DataFrame(columns=REQUEST_COLUMNS)
+        return con.execute(
+            f"select p.request_id, p.prompt, o.prompt_tokens, o.cached_tokens, o.output_tokens "
+            f"from {group}.request_plan p join {group}.llm_outputs o using (request_id) "
+            f"where p.error is null order by p.position"
+        ).df()
+
+
+@dataclass
+class PairRun:
+    """One method of the pair: the project's view and the server's, side by side."""
+
+    method: str
+    run: QueryRun
+    server: dict[str, float] = field(default_factory=dict)
+    """Increase of each `/metrics` counter over the run."""
+    wall_s: float = 0.0
+
+    @property
+    def cached_tokens(self) -> int:
+        return int(self.run.metadata.get("cached_tokens", 0))
+
+    @property
+    def server_cached_tokens(self) -> int:
+        return int(self.server.get("prompt_tokens_cached_total", 0))
+
+    @property
+    def hit_rate(self) -> float:
+        return float(self.run.metadata.get("token_hit_rate", 0.0))
+
+
+def run_pair(
+    binary: Path,
+    model: Path,
+    movies_csv: Path,
+    home: Path,
+    *,
+    job: str = "q1_job",
+    methods: tuple[str, ...] = ("original", "ggr"),
+    slots: int = 1,
+) -> list[PairRun]:
+    """`job` once per method, each on a fresh `llama-server` with `slots` slots."""
+    runs = []
+    for method in methods:
+        log = home / f"llama-server-{method}.log"
+        with LlamaServer(binary, model, slots=slots, log_path=log) as server:
+            before = server.metrics()
+            with openai_env(server.base_url, ALIAS, home / method):
+                start = time.perf_counter()
+                run = run_query(job, movies_csv, method, max_concurrency=slots)
+                wall = time.perf_counter() - start
+            after = server.metrics()
+        delta = {k: after[k] - before.get(k, 0.0) for k in after if k.endswith("_total")}
+        runs.append(PairRun(method, run, delta, wall))
+    return runs
+
+
+def first_rows_csv(source: Path, rows: int, dest: Path) -> Path:
+    """The first `rows` data rows of `source` as a CSV at `dest` (the pipeline reads files)."""
+    pd.read_csv(source, nrows=rows).to_csv(dest, index=False)
+    return dest
