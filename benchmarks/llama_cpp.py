@@ -100,7 +100,7 @@ def _record(runs: list[PairRun], tokenizer) -> dict:
     times = [float(r.run.metadata["engine_time_s"]) for r in runs]
     return {
         "requests": len(requests),
-        **{k: meta[k] for k in ("rows_in", "rows_answered", "rows_failed", "rows_skipped")},
+        **{k: meta[k] for k in ("rows_answered", "rows_failed", "rows_skipped")},
         "spec_violations": meta["spec_violations"],
         "failed_checks": first.run.failed_checks,
         "prompt_tokens": prompt_tokens,
@@ -161,8 +161,8 @@ def problems(result: dict) -> list[str]:
             if m["cached_tokens"] != m["server_cached_tokens"]:
                 found.append(f"{job} {method}: project {m['cached_tokens']} != server counter")
             accounted = m["rows_answered"] + m["rows_failed"] + m["rows_skipped"]
-            if accounted != m["rows_in"]:
-                found.append(f"{job} {method}: {accounted} of {m['rows_in']} rows accounted for")
+            if accounted != result["rows"]:
+                found.append(f"{job} {method}: {accounted} of {result['rows']} rows accounted for")
     return found
 
 
