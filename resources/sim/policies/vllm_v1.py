@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from resources.sim.block_cache import BLOCK_SIZE
 from resources.sim.policies.base import Batch, ScheduleContext, SimSeq
 
 __all__ = ["VLLMv1Policy", "v1_step"]
@@ -59,7 +60,7 @@ def v1_step(waiting, running: list[SimSeq], ctx: ScheduleContext) -> Batch:
     while waiting and budget > 0 and len(running) < ctx.max_num_seqs:
         seq = waiting[0]
         computed = ctx.lookup(seq)
-        num_new = min(seq.num_tokens - len(computed) * 16, budget)
+        num_new = min(seq.num_tokens - len(computed) * BLOCK_SIZE, budget)
         if not ctx.allocate(seq, num_new, computed, full_sequence_must_fit=True):
             break
         waiting.popleft()
