@@ -33,10 +33,28 @@ def _partition(context) -> str | None:
     return context.partition_key if context.has_partition_key else None
 
 
+ORDER = "llm_filter_order"
+
+
+def _order_in(qdef: QueryDefinition) -> dict[str, dg.AssetIn]:
+    return {"filter_order": dg.AssetIn(qdef.key(ORDER))} if qdef.reorders_filters else {}
+
+
+def _calls(qdef: QueryDefinition, ins: dict) -> tuple[LLMCall, ...]:
+    """The LLM calls in the order the stages run them: as written, or (several LLM filters)
+    the order `llm_filter_order` chose this run, then the other calls as written."""
+    calls = qdef.query.llm_calls
+    if "filter_order" not in ins:
+        return calls
+    by_name = {c.name: c for c in calls}
+    first = [by_name[name] for name in ins["filter_order"]["call"]]
+    return (*first, *(c for c in calls if c not in first))
+
+
 def _ins(qdef: QueryDefinition, k: int) -> dict[str, dg.AssetIn]:
-    """Inputs of stage k (and of `result` with k = number of calls): the base relation and
-    every earlier stage's deduped rows and outputs."""
-    ins = {"base": dg.AssetIn(qdef.key(qdef.base))}
+    """Inputs of stage k (and of `result` with k = number of calls): the base relation,
+    every earlier stage's deduped rows and outputs, and the run's call order if it has one."""
+    ins = {"base": dg.AssetIn(qdef.key(qdef.base)), **_order_in(qdef)}
     for j in range(k):
         s = qdef.stage_suffix(j)
         ins[f"deduped_{j}"] = dg.AssetIn(qdef.key(f"deduped{s}"))
@@ -45,7 +63,7 @@ def _ins(qdef: QueryDefinition, k: int) -> dict[str, dg.AssetIn]:
 
 
 def _previous(qdef: QueryDefinition, k: int, ins: dict) -> list[tuple]:
-    calls = qdef.query.llm_calls
+    calls = _calls(qdef, ins)
     return [(calls[j], ins[f"deduped_{j}"], ins[f"outputs_{j}"]) for j in range(k)]
 
 
@@ -160,6 +178,49 @@ def retrieved_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
     return retrieved
 
 
+# ---- LLM filter order ----------------------------------------------------------------------
+
+
+def filter_order_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
+    """Several LLM filters run cheapest first: each is sent a seeded sample of the rows, and
+    they are ordered by tokens per row / (1 - share kept) (`llm_assets.planning`)."""
+    from llm_assets.pipeline.run import estimate_filter_order
+
+    @dg.asset(
+        key=qdef.key(ORDER),
+        ins={"base": dg.AssetIn(qdef.key(qdef.base))},
+        group_name=qdef.name,
+        kinds={"pandas"},
+        partitions_def=qdef.partitions_def,
+        required_resource_keys=COMMON | {qdef.engine_key},
+        description="The order the LLM filters run in: cheapest first by cost / (1 - "
+        "selectivity), selectivity from a seeded sample of rows sent first.",
+    )
+    def llm_filter_order(context: dg.AssetExecutionContext, base: pd.DataFrame):
+        options = _options(context, qdef)
+        engine = getattr(context.resources, qdef.engine_key).engine
+        order = estimate_filter_order(qdef.query, base, options, engine)
+        report = order.report()
+        context.add_output_metadata(
+            {
+                "written_order": ", ".join(order.written),
+                "chosen_order": ", ".join(order.chosen),
+                "expected_tokens_per_row_written": report["expected_tokens_per_row_written"],
+                "expected_tokens_per_row_chosen": report["expected_tokens_per_row_chosen"],
+                "sample_requests": order.sample_requests,
+            }
+        )
+        return pd.DataFrame(
+            {
+                "call": list(order.chosen),
+                "tokens_per_row": [order.estimates[c][0] for c in order.chosen],
+                "selectivity": [order.estimates[c][1] for c in order.chosen],
+            }
+        )
+
+    return llm_filter_order
+
+
 # ---- one LLM stage ------------------------------------------------------------------------
 
 
@@ -167,8 +228,8 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
     """deduped + request_plan (one multi-asset: both come from one planning pass) and
     llm_outputs of LLM call k, with their checks."""
     s = qdef.stage_suffix(k)
-    relquery = f"{qdef.name}:{call.name}"
     engine_key = qdef.engine_key
+    what = f"LLM stage {k + 1} (its call: {ORDER})" if qdef.reorders_filters else call.name
 
     @dg.multi_asset(
         name=f"{qdef.name}_plan{s}",
@@ -176,12 +237,12 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
             "deduped": dg.AssetOut(
                 key=qdef.key(f"deduped{s}"),
                 kinds={"pandas"},
-                description=f"Rows for LLM call {call.name} with exact-dedup input ids.",
+                description=f"Rows for {what} with exact-dedup input ids.",
             ),
             "request_plan": dg.AssetOut(
                 key=qdef.key(f"request_plan{s}"),
                 kinds={"pandas"},
-                description=f"Prompts for {call.name} in submission order (row/field reorder).",
+                description=f"Prompts for {what} in submission order (row/field reorder).",
             ),
         },
         ins=_ins(qdef, k),
@@ -194,7 +255,9 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
         engine = getattr(context.resources, engine_key).engine
         rows = stages.stage_input(ins["base"], qdef.query, _previous(qdef, k, ins))
         started = time.perf_counter()
-        deduped, planned = plan_stage(qdef.query, call, rows, options, engine, relquery)
+        this = _calls(qdef, ins)[k]
+        relquery = f"{qdef.name}:{this.name}"
+        deduped, planned = plan_stage(qdef.query, this, rows, options, engine, relquery)
         live = deduped[deduped[stages.INPUT] >= 0]
         yield dg.Output(
             deduped,
@@ -226,17 +289,20 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
         ins={
             "plan": dg.AssetIn(qdef.key(f"request_plan{s}")),
             "deduped": dg.AssetIn(qdef.key(f"deduped{s}")),
+            **_order_in(qdef),
         },
         group_name=qdef.name,
         kinds={qdef.engine_kind},
         partitions_def=qdef.partitions_def,
         required_resource_keys=COMMON | {engine_key, "response_cache", "tracker"},
-        description=f"Answers of LLM call {call.name}, one row per distinct request.",
+        description=f"Answers of {what}, one row per distinct request.",
     )
-    def llm_outputs(context: dg.AssetExecutionContext, plan: pd.DataFrame, deduped):
+    def llm_outputs(context: dg.AssetExecutionContext, plan: pd.DataFrame, deduped, **order):
         options = _options(context, qdef)
         engine_resource = getattr(context.resources, engine_key)
-        requests = stages.requests_from_plan(plan, call, call_max_tokens(call, options))
+        this = _calls(qdef, order)[k]
+        relquery = f"{qdef.name}:{this.name}"
+        requests = stages.requests_from_plan(plan, this, call_max_tokens(this, options))
         started = time.perf_counter()
         cache = context.resources.response_cache.cache()
         # Chunks exist to commit progress to the cache; without one, one batch keeps the
@@ -255,7 +321,7 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
             chunk_size=chunk,
             progress=progress,
         )
-        outputs = stages.outputs_frame(plan, sent.responses, call)
+        outputs = stages.outputs_frame(plan, sent.responses, this)
         live = deduped[deduped[stages.INPUT] >= 0]
         metrics = {
             "wall_time_s": time.perf_counter() - started,

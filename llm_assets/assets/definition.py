@@ -126,6 +126,14 @@ class QueryDefinition:
         return dg.AssetKey(spec.asset_path) if spec.asset else self.key(f"source_{table}")
 
     @property
+    def reorders_filters(self) -> bool:
+        """Whether the lineage decides its LLM stages' order at run time (`llm_filter_order`):
+        several LLM filters and `order_llm_filters` on."""
+        from llm_assets.planning import filter_calls
+
+        return self.options.order_llm_filters and len(filter_calls(self.query)) >= 2
+
+    @property
     def engine_kind(self) -> str:
         """The asset kind of `llm_outputs`: the engine the code location binds
         (`LLM_ASSETS_ENGINE`: sim, openai or vllm), read when the definitions load."""

@@ -38,6 +38,8 @@ def lineage(qdef: QueryDefinition) -> dg.Definitions:
     defs.append(builders.filtered_asset(qdef))
     if qdef.query.retrievals:
         defs.append(builders.retrieved_asset(qdef))
+    if qdef.reorders_filters:
+        defs.append(builders.filter_order_asset(qdef))
     for k, call in enumerate(qdef.query.llm_calls):
         defs += builders.stage_assets(qdef, k, call)
     defs += builders.result_assets(qdef)
