@@ -28,7 +28,6 @@ import time
 from typing import Any
 
 from benchmarks.lib.hostile import Drip, Endless, HostileServer, Reply, Silent, completion_body
-from resources.openai_engine import OpenAIEngine
 from resources.runner import run_requests
 
 __all__ = ["HOSTILE_CASES", "run_hostile_case"]
@@ -79,7 +78,7 @@ def _script(case: str, seed: int):
 
 def run_hostile_case(case: str, rows: int, settings: Any) -> dict[str, Any]:
     """Run one case (see the module docstring); `settings` is a `ClientSettings`."""
-    from benchmarks.lib.faults import _row_counts, synthetic_requests
+    from benchmarks.lib.faults import _row_counts, make_engine, synthetic_requests
 
     if case not in HOSTILE_CASES:
         raise ValueError(f"unknown hostile case {case!r}; expected one of {list(HOSTILE_CASES)}")
@@ -87,19 +86,8 @@ def run_hostile_case(case: str, rows: int, settings: Any) -> dict[str, Any]:
     start = time.perf_counter()
     script, injected = _script(case, settings.seed)
     with HostileServer(script, max_action_s=60.0) as srv:
-        engine = OpenAIEngine(
-            srv.url,
-            "llama-2-7b",
-            api_key="sk-benchmark-wrong-key" if case == "wrong-key" else None,
-            max_concurrency=settings.max_concurrency,
-            timeout_s=settings.timeout_s,
-            max_retries=settings.max_retries,
-            initial_backoff_s=settings.initial_backoff_s,
-            max_backoff_s=settings.max_backoff_s,
-            request_deadline_s=settings.request_deadline_s,
-            breaker_failures=settings.breaker_failures,
-            seed=settings.seed,
-        )
+        key = "sk-benchmark-wrong-key" if case == "wrong-key" else None
+        engine = make_engine(srv.url, settings, api_key=key)
         outcome = run_requests(engine, case, requests, chunk_size=settings.chunk_size)
         calls = srv.calls
     wall = time.perf_counter() - start

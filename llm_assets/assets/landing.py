@@ -20,15 +20,15 @@ def landed_files(qdef: QueryDefinition) -> tuple[list[Path], list[str]]:
     folder = Path(qdef.landing.folder)
     if not folder.is_dir():
         return [], []
-    keys, ignored = [], []
+    files, ignored = [], []
     for path in sorted(p for p in folder.iterdir() if p.is_file()):
         if path.name.startswith("."):
             continue
         if not path.name.lower().endswith(tuple(qdef.landing.suffixes)):
             ignored.append(f"{path}: not one of {list(qdef.landing.suffixes)}; ignored")
             continue
-        keys.append(path)
-    return keys, ignored
+        files.append(path)
+    return files, ignored
 
 
 def landing_sensor(qdef: QueryDefinition) -> dg.SensorDefinition:

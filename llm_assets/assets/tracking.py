@@ -35,7 +35,7 @@ def engine_costs(engine_resource, engine, stats: RunStats) -> dict[str, float]:
     }
 
 
-def run_name(qdef, options, call_asset: str, data: str) -> str:
+def run_name(options, call_asset: str, data: str) -> str:
     """`q1/llm_outputs ggr dedup pushdown [reviews=reviews.tsv]`: what the run was."""
     switches = [options.method]
     switches += ["dedup"] if options.dedup else ["no-dedup"]
@@ -87,7 +87,7 @@ def log_llm_run(context, qdef, options, engine_resource, stats: RunStats, extra,
     }
     url = tracker.log_run(
         run_options.experiment or f"llm-assets-{qdef.name}",
-        run_name(qdef, options, asset, data),
+        run_name(options, asset, data),
         params,
         metrics,
         tags,

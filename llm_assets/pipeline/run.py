@@ -90,7 +90,8 @@ class StageRun:
 class QueryRun:
     """Everything one run produced: every row's status in `result`, the output in `answer`."""
 
-    filtered: pd.DataFrame
+    base: pd.DataFrame
+    """Every row of the join (with the retrieved fields when the query retrieves)."""
     filter_order: FilterOrder | None = None
     stages: list[StageRun] = field(default_factory=list)
     result: pd.DataFrame | None = None
@@ -185,7 +186,7 @@ def estimate_filter_order(
     estimates, sent = {}, 0
     for name in names:
         call = by_name[name]
-        deduped, plan = plan_stage(query, call, sample, options, engine, f"{query.name}:sample")
+        _, plan = plan_stage(query, call, sample, options, engine, f"{query.name}:sample")
         requests = stages.requests_from_plan(plan, call, call_max_tokens(call, options))
         result = engine.run(f"{query.name}:sample:{name}", requests) if requests else None
         sent += len(requests)
@@ -223,7 +224,7 @@ def run_query(
     )
     if order is not None:
         query = order_llm_filters(query, order.estimates)
-    run = QueryRun(filtered=base, filter_order=order)
+    run = QueryRun(base=base, filter_order=order)
     previous: list = []
     for call in query.llm_calls:
         rows = stages.stage_input(base, query, previous)

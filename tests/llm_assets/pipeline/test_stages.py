@@ -121,3 +121,23 @@ def test_spec_violations_are_recorded_not_coerced():
     _, _, _, outputs, _ = run_all(pushdown=True, answer_of=lambda p: "Maybe")
     assert outputs["answer"].tolist() == ["Maybe"] * len(outputs)
     assert outputs["violation"].str.contains("not one of").all()
+
+
+def test_the_pre_llm_connection_cannot_touch_files_or_change_that(tmp_path):
+    import duckdb
+
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a\n1\n")
+    con = stages.locked_connection()
+    try:
+        for sql in (
+            f"SELECT * FROM read_csv('{secret}')",
+            f"COPY (SELECT 1) TO '{tmp_path / 'out.csv'}'",
+            f"ATTACH '{tmp_path / 'evil.duckdb'}' AS evil",
+            "SET enable_external_access = true",
+        ):
+            with pytest.raises(duckdb.Error):
+                con.execute(sql)
+    finally:
+        con.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["secret.csv"]
