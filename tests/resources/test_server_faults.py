@@ -262,8 +262,13 @@ def test_fault_flags_on_the_command_line(tmp_path: Path) -> None:
             "calls": 1, "status": 1, "hang": 0, "drop": 0, "malformed": 0
         }  # fmt: skip
     finally:
-        proc.terminate()
-        proc.wait(10)
+        proc.terminate()  # SIGTERM: the server shuts down cleanly and exits 0
+        try:
+            assert proc.wait(10) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
     bad = subprocess.run(
         [sys.executable, "-m", "resources.sim.server", "--fault-rate", "0.7",
          "--fault-drop-rate", "0.7"],

@@ -26,13 +26,17 @@ from resources.sim.server import (
     ServerConfig,
     SimServer,
     parse_call,
-    parse_output_spec,
     render_chat,
     serve_in_thread,
 )
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "llama-2-7b"
+
+
+def parse_output_spec(body: dict) -> OutputSpec:
+    """The output spec a completions body with these constraint fields asks for."""
+    return parse_call({"prompt": "x", **body}, chat=False, default_max_tokens=16).output
 
 
 def api_error(fn: Any, *args: Any, **kwargs: Any) -> ApiError:
@@ -80,11 +84,11 @@ def test_parse_output_spec_accepts_vllm_fields(body: dict, spec: OutputSpec) -> 
 @pytest.mark.parametrize(
     ("body", "param", "fragment"),
     [
-        ({"structured_outputs": "yes"}, "structured_outputs", "must be an object"),
-        ({"structured_outputs": {"choice": []}}, "structured_outputs.choice", "non-empty list"),
+        ({"structured_outputs": "yes"}, "structured_outputs", "valid dictionary"),
+        ({"structured_outputs": {"choice": []}}, "structured_outputs.choice", "at least 1 item"),
         ({"structured_outputs": {"regex": "("}}, "structured_outputs.regex", "not a valid regex"),
         ({"structured_outputs": {"json": "{nope"}}, "structured_outputs.json", "not valid JSON"),
-        ({"structured_outputs": {"json": [1]}}, "structured_outputs.json", "schema object"),
+        ({"structured_outputs": {"json": [1]}}, "structured_outputs.json", "valid dictionary"),
         (
             {"structured_outputs": {"grammar": "root ::= x"}},
             "structured_outputs.grammar",
@@ -93,9 +97,9 @@ def test_parse_output_spec_accepts_vllm_fields(body: dict, spec: OutputSpec) -> 
         (
             {"structured_outputs": {"choice": ["a"], "regex": "a"}},
             "structured_outputs",
-            "exactly one",
+            "only use one kind of constraints",
         ),
-        ({"guided_choice": "Yes"}, "guided_choice", "non-empty list"),
+        ({"guided_choice": "Yes"}, "guided_choice", "valid list"),
         (
             {"guided_choice": ["a"], "guided_regex": "a"},
             "guided_regex",
@@ -129,7 +133,7 @@ def test_render_chat_is_deterministic_and_shares_prefixes() -> None:
         (["hi"], "messages[0]"),
         ([{"role": "robot", "content": "x"}], "messages[0].role"),
         ([{"role": "user", "content": 3}], "messages[0].content"),
-        ([{"role": "user", "content": [{"type": "image_url"}]}], "messages[0].content[0]"),
+        ([{"role": "user", "content": [{"type": "image_url"}]}], "messages[0].content[0].type"),
     ],
 )
 def test_render_chat_errors_name_the_message(messages: Any, param: str) -> None:
@@ -157,8 +161,8 @@ def test_parse_call_reads_prompt_limits_and_priority() -> None:
         ({"prompt": 7}, "prompt"),
         ({"prompt": [1, 2, 3]}, "prompt"),
         ({"prompt": "a", "max_tokens": 0}, "max_tokens"),
-        ({"prompt": "a", "max_tokens": "5"}, "max_tokens"),
-        ({"prompt": "a", "max_tokens": True}, "max_tokens"),
+        ({"prompt": "a", "max_tokens": "five"}, "max_tokens"),
+        ({"prompt": "a", "max_tokens": 2.5}, "max_tokens"),
         ({"prompt": "a", "priority": 1.5}, "priority"),
         ({"prompt": "a", "n": 2}, "n"),
         ({"prompt": "a", "stream": True}, "stream"),
@@ -511,5 +515,10 @@ def test_command_line_serves_until_terminated() -> None:
         again = httpx.post(url, json=body, timeout=10).json()
         assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # --no-prefix-cache
     finally:
-        proc.terminate()
-        proc.wait(10)
+        proc.terminate()  # SIGTERM: the server shuts down cleanly and exits 0
+        try:
+            assert proc.wait(10) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
