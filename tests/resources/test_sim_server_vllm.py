@@ -109,6 +109,7 @@ def test_an_empty_prompt_is_vllms_400(client: Any) -> None:
         ("max_tokens", 0, "max_tokens must be at least 1, got 0"),
         ("n", 2, "n must be 1"),
         ("logprobs", 1, "logprobs is not supported"),
+        ("logprobs", 0, "logprobs is not supported"),
         ("echo", True, "echo is not supported"),
         ("stop", "", "stop cannot contain an empty string"),
     ],

@@ -304,7 +304,9 @@ class SimApp:
         }
         return Reply(200, stand_in, fault=fault)
 
-    def _choice(self, index: int, response: Response, call: ParsedCall, chat: bool) -> tuple:
+    def _choice(
+        self, index: int, response: Response, call: ParsedCall, chat: bool
+    ) -> tuple[dict[str, Any], int]:
         """(the choice object, its completion tokens)."""
         cut = cut_at_stop(response.text, call.stop, call.include_stop_str_in_output)
         tokens = response.output_tokens

@@ -83,6 +83,11 @@ def _stops(value: str | list[str] | None) -> str | list[str] | None:
     return value
 
 
+def _given(value: Any) -> bool:
+    """Whether a request set a field (False, None and [] are its defaults; 0 is a value)."""
+    return value is not None and value is not False and value != []
+
+
 class _Request(BaseModel):
     """Fields shared by completions and chat completions (vLLM's sampling parameters)."""
 
@@ -130,9 +135,10 @@ class _Request(BaseModel):
     def requested_max_tokens(self) -> int | None:
         return self.max_tokens
 
-    def _refuse_unsupported(self) -> None:
+    @_model_validator(mode="after")
+    def _refuse_unsupported(self) -> _Request:
         for name, why in self.UNSUPPORTED.items():
-            if getattr(self, name):
+            if _given(getattr(self, name)):
                 raise bad_request(
                     f"{name} is not supported by the simulated server ({why}); leave it unset",
                     name,
@@ -151,6 +157,7 @@ class _Request(BaseModel):
                 "min_tokens",
                 self.min_tokens,
             )
+        return self
 
     def output(self) -> OutputSpec:
         """The answer's `OutputSpec` (text when the request sets no constraint)."""
@@ -196,11 +203,6 @@ class CompletionRequest(_Request):
                 )
         return data
 
-    @_model_validator(mode="after")
-    def _supported(self) -> CompletionRequest:
-        self._refuse_unsupported()
-        return self
-
     @property
     def prompts(self) -> tuple[str, ...]:
         return (self.prompt,) if isinstance(self.prompt, str) else tuple(self.prompt)
@@ -240,11 +242,6 @@ class ChatCompletionRequest(_Request):
     max_completion_tokens: MaxTokens | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
-
-    @_model_validator(mode="after")
-    def _supported(self) -> ChatCompletionRequest:
-        self._refuse_unsupported()
-        return self
 
     @property
     def requested_max_tokens(self) -> int | None:

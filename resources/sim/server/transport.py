@@ -194,9 +194,6 @@ class SimServer:
             self._thread.start()
         return self
 
-    def serve_forever(self) -> None:
-        self._httpd.serve_forever()
-
     def close(self) -> None:
         if self._closed:
             return
