@@ -114,7 +114,7 @@ def measure(code: Path, huge: int, repeats: int) -> dict[str, Any]:
                 proc.kill()
                 proc.wait(10)
     return {
-        "code": str(code),
+        "code": "this checkout" if code == REPO else str(code),
         "huge_max_tokens": huge,
         "max_model_len": window,
         "repeats": repeats,
