@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOME_DIR := $(CURDIR)/.llm_assets
 DAGSTER_HOME ?= $(HOME_DIR)/dagster_home
 
-.PHONY: install demo dev mlflow-ui test lint format clean conformance llama-server
+.PHONY: install demo dev mlflow-ui test lint format clean conformance llama-server breakages
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -65,3 +65,8 @@ llama-server: $(STAMP)
 
 clean:
 	rm -rf $(VENV) $(CONFORMANCE_VENV) .llm_assets .pytest_cache
+
+# Issue 12's deliberate breakages, each applied alone to a temporary copy of the tree: the
+# targeted tests must fail on every one (benchmarks/results/breakages.{json,md}; about 5 min).
+breakages: $(STAMP)
+	$(PY) -m benchmarks.lib.breakages

@@ -13,10 +13,10 @@ with the same constants for every check of that profile (no per-check tuning):
   where the source's workload varies, so prefill chunks share steps with decodes; each of these
   checks also gives what the "vllm-2024" profile predicts (`simulated_vllm_2024`).
 
-Workloads are built here from a seeded synthetic generator with the Movies statistics of
-DESIGN.md section 7 (15,018 rows; movie_info avg 407 chars over 68 distinct values;
-review_content avg 132 chars, 14,977 distinct): random sentences over a fixed made-up vocabulary,
-not text from any data file.
+Workloads are rendered from `llm_assets.data.movie_reviews`, the project's synthetic table with
+the Movies statistics of DESIGN.md section 7 (15,018 rows; movie_info avg 407 chars over 68
+distinct values; review_content avg 132 chars, 14,977 distinct): made-up text, not text from
+any data file.
 
 Checks:
 (a) L4 + Llama-2-7B classifying the 15,018 movie reviews with no optimizations (no prefix cache,
@@ -41,12 +41,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
 from benchmarks.lib.sweep import random_lengths, simulate_point
+from llm_assets.data.movies import movie_reviews
 from llm_assets.output_spec import OutputSpec
 from resources.engine import Request
 from resources.sim import SimulatedEngine
@@ -54,10 +56,6 @@ from resources.sim import SimulatedEngine
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "fidelity.json"
 
 NUM_ROWS = 15_018
-NUM_MOVIES = 68
-NUM_DISTINCT_REVIEWS = 14_977
-MOVIE_INFO_CHARS = 407
-REVIEW_CHARS = 132
 SEED = 20240101
 
 # Q1/Q2-style classification instruction (the paper reports 166-172-token instructions for the
@@ -81,66 +79,24 @@ RATING_TEMPLATE = (
 )
 
 
-# -- synthetic Movies table --------------------------------------------------------------------
-def _vocabulary(rng: random.Random, size: int = 3000) -> list[str]:
-    """Made-up words with an English-like length distribution (mean ~4.7 letters)."""
-    consonants = "bcdfghjklmnprstvwyz"
-    vowels = "aeiou"
-    words: set[str] = set()
-    while len(words) < size:
-        n_syll = rng.choices([1, 2, 3, 4], weights=[45, 35, 15, 5])[0]
-        word = "".join(rng.choice(consonants) + rng.choice(vowels) for _ in range(n_syll))
-        if rng.random() < 0.4:
-            word += rng.choice(consonants)
-        words.add(word)
-    return sorted(words)
-
-
-def _sentence(rng: random.Random, vocab: list[str], n_words: int) -> str:
-    words = [rng.choice(vocab) for _ in range(n_words)]
-    for i in range(1, n_words - 1):
-        if rng.random() < 0.08:
-            words[i] += ","
-        elif rng.random() < 0.06:
-            words[i] = words[i].capitalize()
-    return " ".join(words).capitalize() + "."
-
-
-def _text(rng: random.Random, vocab: list[str], target_chars: int) -> str:
-    parts: list[str] = []
-    length = 0
-    while length < target_chars:
-        sentence = _sentence(rng, vocab, rng.randint(6, 18))
-        parts.append(sentence)
-        length += len(sentence) + 1
-    return " ".join(parts)[: max(target_chars, 20)].rstrip(" ,") + "."
-
-
+# -- the Movies table ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class MovieRow:
     movie: int
+    """The movie's index, in order of first appearance in the table."""
     movie_info: str
     review_content: str
 
 
 def movies_table(seed: int = SEED) -> list[MovieRow]:
-    """15,018 rows in random order: 68 movies, 14,977 distinct reviews (41 exact duplicates)."""
-    rng = random.Random(seed)
-    vocab = _vocabulary(rng)
-    infos = [
-        _text(rng, vocab, max(120, int(rng.gauss(MOVIE_INFO_CHARS, 120))))
-        for _ in range(NUM_MOVIES)
+    """`llm_assets.data.movie_reviews` at the full size, in its (random) row order: 15,018
+    rows, 68 movies, 14,977 distinct reviews (41 exact duplicate rows)."""
+    table = movie_reviews(NUM_ROWS, seed=seed)
+    movie = pd.factorize(table["rotten_tomatoes_link"])[0]
+    return [
+        MovieRow(int(m), info, review)
+        for m, info, review in zip(movie, table["movie_info"], table["review_content"], strict=True)
     ]
-    weights = [rng.paretovariate(1.5) for _ in range(NUM_MOVIES)]
-    movies = rng.choices(range(NUM_MOVIES), weights=weights, k=NUM_DISTINCT_REVIEWS)
-    reviews = [
-        _text(rng, vocab, max(25, int(rng.gauss(REVIEW_CHARS, 60))))
-        for _ in range(NUM_DISTINCT_REVIEWS)
-    ]
-    rows = [MovieRow(m, infos[m], r) for m, r in zip(movies, reviews, strict=True)]
-    rows += rng.sample(rows, NUM_ROWS - NUM_DISTINCT_REVIEWS)  # exact duplicate rows
-    rng.shuffle(rows)
-    return rows
 
 
 def _classify_prompt(row: MovieRow) -> str:

@@ -38,7 +38,7 @@ from resources.sim.policies import RelServeConfig, RelServePolicy, RelServeV1Pol
 from resources.sim.policies.base import ScheduleContext
 from resources.sim.policies.relserve_v1 import DEFAULT_TAIL_DEADLINE_S
 from resources.sim.policies.updater import UpdaterConfig, max_iteration_s
-from resources.sim.workload import TEMPLATES, WorkloadConfig, generate_workload, movie_rows
+from resources.sim.workload import TEMPLATES, WorkloadConfig, generate_workload
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_JSON = RESULTS / "scheduler.json"
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     top = str(rates[-1])
     fcfs_top = policies["fcfs"]["rate"][top]["per_seed"]
     sizes = [len(rq.requests) for rq in workloads[(rates[-1], args.seeds[0])]]
-    _, source = movie_rows(10, 0)
+    source = "llm_assets.data.movies"
     workload = {
         "description": (
             "relserve.txt §5.1: per seed, relQueries drawn uniformly from five templates "

@@ -5,8 +5,9 @@
 Two workloads, each timed end to end (`SimulatedEngine.run`, tokenization included) on a fresh
 engine: `relational` (the Movies classification prompt padded with three reviews of the same
 movie to ~2,400 chars: shared instruction and movie_info, distinct reviews; prefix cache on) and
-`distinct` (~2,400 chars of random sentences per prompt, nothing shared; prefix cache off, the
-tokenizer's worst case). Writes JSON (default `benchmarks/results/sim_speed.json`).
+`distinct` (~2,400 chars of `llm_assets.data.text` sentences per prompt, nothing shared;
+prefix cache off, the tokenizer's worst case). Writes JSON (default
+`benchmarks/results/sim_speed.json`).
 """
 
 from __future__ import annotations
@@ -18,13 +19,10 @@ import random
 import time
 from pathlib import Path
 
-from benchmarks.fidelity import (
-    CLASSIFY_INSTRUCTION,
-    _requests,
-    _sentence,
-    _vocabulary,
-    movies_table,
-)
+import numpy as np
+
+from benchmarks.fidelity import CLASSIFY_INSTRUCTION, _requests, movies_table
+from llm_assets.data.text import random_texts
 from resources.sim import SimulatedEngine
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "sim_speed.json"
@@ -49,15 +47,7 @@ def relational_prompts() -> list[str]:
 
 
 def distinct_prompts() -> list[str]:
-    rng = random.Random(2)
-    vocab = _vocabulary(rng)
-    out = []
-    for _ in range(NUM_REQUESTS):
-        parts: list[str] = []
-        while sum(map(len, parts)) < 2400:
-            parts.append(_sentence(rng, vocab, rng.randint(6, 18)))
-        out.append(" ".join(parts)[:2400])
-    return out
+    return random_texts(np.random.default_rng(2), [2400] * NUM_REQUESTS)
 
 
 def measure(name: str, prompts: list[str], enable_prefix_caching: bool) -> dict:

@@ -46,7 +46,6 @@ MOVIES = SHARED / "data" / "movies_small.csv"
 TOKENIZER = SHARED / "tokenizers" / "llama3_tokenizer.json"
 DEFAULT_JSON = ROOT / "benchmarks" / "results" / "vllm_conformance.json"
 DEFAULT_TRACES = ROOT / "tests" / "fixtures" / "vllm_traces.json.gz"
-ORDERS = ("file", "ggr", "shuffled")
 CACHE_BLOCKS = (40_000, 400, 200, 100)
 SCHEDULES = ((1, 2048), (8, 2048), (16, 8192), (64, 8192), (32, 256))
 TRACE_ROWS = 120

@@ -30,7 +30,6 @@ The hostile-server cases (`drip-feed`, `endless-body`, `malformed-200`, `wrong-k
 from __future__ import annotations
 
 import os
-import random
 import re
 import subprocess
 import sys
@@ -45,6 +44,7 @@ from typing import Any
 import httpx
 
 from benchmarks.lib.hostile_faults import HOSTILE_CASES, run_hostile_case
+from llm_assets.data.movies import movie_reviews
 from llm_assets.output_spec import OutputSpec
 from resources.engine import LLMEngine, Request, Response, RunResult
 from resources.openai_engine import OpenAIEngine
@@ -145,43 +145,23 @@ class ClientSettings:
 # The query: a seeded movie-review table rendered into prompts
 
 
-_WORDS = (
-    "quiet story bright family dark comedy heist drama city night music war robot dog school "
-    "river summer secret friend chase storm island ghost train garden dragon king queen space "
-    "mystery funny slow brilliant awful tender violent gentle loud clever messy charming grim "
-    "warm cold wild tired fresh rotten hero villain mother father sister brother teacher crew"
-).split()
-
-
-def _sentence(rng: random.Random, n_words: int) -> str:
-    words = [rng.choice(_WORDS) for _ in range(n_words)]
-    return " ".join(words).capitalize() + "."
-
-
-def _text(rng: random.Random, mean_chars: int) -> str:
-    target = max(20, int(rng.gauss(mean_chars, mean_chars * 0.3)))
-    parts: list[str] = []
-    while sum(len(p) + 1 for p in parts) < target:
-        parts.append(_sentence(rng, rng.randint(5, 12)))
-    return " ".join(parts)
-
-
 def synthetic_requests(num_rows: int, seed: int = 0) -> list[Request]:
-    """`num_rows` Q2-like requests (kids-suitability, Yes/No) over a seeded review table:
-    ~num_rows/30 movies with ~400-character descriptions (shared prefixes), reviews of ~130
-    characters, every prompt distinct. Ids are `row-00000`, ... in row order."""
+    """`num_rows` Q2-like requests (kids-suitability, Yes/No) over the seeded review table
+    `llm_assets.data.movie_reviews` (movie descriptions of ~400 characters shared by a movie's
+    reviews, reviews of ~130 characters), every prompt distinct (the row number leads the
+    review). Ids are `row-00000`, ... in row order."""
     if num_rows < 1:
         raise ValueError(f"num_rows must be >= 1, got {num_rows}")
-    rng = random.Random(seed)
-    num_movies = max(2, num_rows // 30)
-    movies = [(f"Movie {m}", _text(rng, 400)) for m in range(num_movies)]
-    weights = [1.0 / (m + 1) ** 0.8 for m in range(num_movies)]
+    table = movie_reviews(num_rows, seed=seed)
     yes_no = OutputSpec.choice(["Yes", "No"])
     requests = []
-    for row in range(num_rows):
-        title, info = rng.choices(movies, weights)[0]
-        review = f"Review {row}: {_text(rng, 130)}"
-        prompt = f"{INSTRUCTION}movie_title: {title}\nmovie_info: {info}\nreview_content: {review}"
+    for row, (title, info, review) in enumerate(
+        zip(table["movie_title"], table["movie_info"], table["review_content"], strict=True)
+    ):
+        prompt = (
+            f"{INSTRUCTION}movie_title: {title}\nmovie_info: {info}\n"
+            f"review_content: Review {row}: {review}"
+        )
         requests.append(Request(f"row-{row:05d}", prompt, max_tokens=2, output=yes_no))
     return requests
 

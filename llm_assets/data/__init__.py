@@ -19,7 +19,7 @@ from llm_assets.data.loaders import (
     load_squad_json,
     load_table,
 )
-from llm_assets.data.movies import movies
+from llm_assets.data.movies import movie_reviews, movies
 from llm_assets.data.products import products
 from llm_assets.data.squad import squad
 
@@ -53,6 +53,7 @@ __all__ = [
     "load_squad_csv",
     "load_squad_json",
     "load_table",
+    "movie_reviews",
     "movies",
     "products",
     "squad",

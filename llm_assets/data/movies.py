@@ -92,6 +92,17 @@ def movies(num_rows: int = FULL_NUM_ROWS, seed: int = 0) -> dict[str, pd.DataFra
     return {"reviews": reviews, "movies": movie_table}
 
 
+def movie_reviews(num_rows: int = FULL_NUM_ROWS, seed: int = 0) -> pd.DataFrame:
+    """`movies(num_rows, seed)`'s reviews joined with their movie: one row per review, in the
+    reviews' order, with the columns of both tables (movie_title, movie_info, review_content,
+    review_type, ...). The one synthetic movie-review table the benchmarks and the simulator's
+    workloads render prompts from."""
+    tables = movies(num_rows, seed)
+    return tables["reviews"].merge(
+        tables["movies"], on="rotten_tomatoes_link", how="left", sort=False, validate="m:1"
+    )
+
+
 def _link(rng: np.random.Generator, title: str) -> str:
     """'m/<slug>' or, for about a fifth of the movies, 'm/<7 digits>-<slug>'."""
     slug = "_".join(title.lower().split())

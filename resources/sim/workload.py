@@ -8,9 +8,8 @@ A workload is `num_relqueries` relQueries (paper: 100), each
   uniform over the table (paper: the first 10k rows of each dataset),
 - arriving by a Poisson process of `rate` relQueries per second (exponential gaps).
 
-The table is `llm_assets.data.movies` (reviews joined with their movie; the project's
-synthetic Rotten Tomatoes shape) when that module is importable, else a built-in seeded
-generator of the same shape (`builtin_movie_rows`); `WorkloadConfig.source` forces one.
+The table is `llm_assets.data.movie_reviews` (reviews joined with their movie; the project's
+one synthetic Rotten Tomatoes shape).
 
 Invariants: the same config gives the same workload. The relQuery contents depend on `seed`
 only and the arrivals on `seed` and `rate`, through unit-rate gaps scaled by 1 / `rate`: every
@@ -23,21 +22,15 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from llm_assets.data.movies import movie_reviews
 from llm_assets.output_spec import OutputSpec
 from resources.engine import Request
 from resources.sim.relquery import RelQuery
 
-__all__ = [
-    "SOURCES",
-    "TEMPLATES",
-    "RelQueryTemplate",
-    "WorkloadConfig",
-    "builtin_movie_rows",
-    "generate_workload",
-    "movie_rows",
-]
+__all__ = ["TABLE_COLUMNS", "TEMPLATES", "RelQueryTemplate", "WorkloadConfig", "generate_workload"]
 
-SOURCES: tuple[str, ...] = ("auto", "movies", "builtin")
+TABLE_COLUMNS = ("movie_title", "movie_info", "review_content", "review_type")
+"""The movie table's columns the templates may render."""
 
 
 @dataclass(frozen=True)
@@ -119,8 +112,6 @@ class WorkloadConfig:
     """Rows of the movie-review table the windows are drawn from (paper: first 10k rows)."""
     seed: int = 0
     """Seeds the table, the relQuery contents and the arrivals."""
-    source: str = "auto"
-    """Table generator: one of `SOURCES` ("auto": `llm_assets.data.movies` if importable)."""
 
     def __post_init__(self) -> None:
         if not self.rate > 0:
@@ -136,91 +127,12 @@ class WorkloadConfig:
             raise ValueError(
                 f"table_rows ({self.table_rows}) must be >= max_requests ({self.max_requests})"
             )
-        if self.source not in SOURCES:
-            raise ValueError(f"unknown source {self.source!r}; expected one of {list(SOURCES)}")
-
-
-_SYLLABLES = (
-    "ka ro mi ne sa to lu ve ri da po shi fen gar mol tis bra cle dro vin ques har lin mar "
-    "tor wen sel pra gin zor dun fal ber cas nor pel".split()
-)
-_REVIEW_WORDS = list(
-    "the a film movie story acting plot cast director script scenes ending pace visuals "
-    "score is was feels never always quite too very rather brilliant dull charming tense "
-    "clumsy moving funny bleak warm sharp slow gripping forgettable bold and but with of "
-    "in its this that".split()
-)
-
-
-def _word(rng: random.Random) -> str:
-    return "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(1, 3)))
-
-
-def _sentence(rng: random.Random, words: list[str] | tuple[str, ...], n: int) -> str:
-    body = " ".join(rng.choice(words) for _ in range(n))
-    return body[0].upper() + body[1:] + "."
-
-
-def builtin_movie_rows(num_rows: int, seed: int = 0) -> list[dict[str, str]]:
-    """A seeded movie-review table with the Movies shape (DESIGN.md §7): ~68 movies per 15,018
-    reviews, synopses of ~400 characters shared by a movie's reviews, reviews of ~130
-    characters, 'Fresh' on ~70% of rows; rows in random order (not grouped by movie)."""
-    if num_rows < 1:
-        raise ValueError(f"num_rows must be >= 1, got {num_rows}")
-    rng = random.Random(seed * 7919 + 17)
-    num_movies = max(2, round(num_rows * 68 / 15_018))
-    vocab = [_word(rng) for _ in range(600)]
-    movies = []
-    for _ in range(num_movies):
-        title = " ".join(_word(rng).capitalize() for _ in range(rng.randint(1, 4)))
-        info: list[str] = []
-        while sum(len(s) + 1 for s in info) < 380:
-            info.append(_sentence(rng, vocab, rng.randint(6, 14)))
-        movies.append((title, " ".join(info)))
-    weights = [1.0 / (i + 2.7) ** 0.8 for i in range(num_movies)]
-    review_words = _REVIEW_WORDS + vocab[:50]
-    rows = []
-    for _ in range(num_rows):
-        title, info = rng.choices(movies, weights)[0]
-        review: list[str] = []
-        target = max(12, int(rng.lognormvariate(4.75, 0.5)))
-        while sum(len(s) + 1 for s in review) < target:
-            review.append(_sentence(rng, review_words, rng.randint(4, 10)))
-        rows.append(
-            {
-                "movie_title": title,
-                "movie_info": info,
-                "review_content": " ".join(review),
-                "review_type": "Fresh" if rng.random() < 0.697 else "Rotten",
-            }
-        )
-    return rows
-
-
-def movie_rows(num_rows: int, seed: int = 0, source: str = "auto") -> tuple[list[dict], str]:
-    """The table as row dicts (movie_title, movie_info, review_content, review_type) and the
-    name of the generator used ("llm_assets.data.movies" or "builtin")."""
-    if source not in SOURCES:
-        raise ValueError(f"unknown source {source!r}; expected one of {list(SOURCES)}")
-    if source in ("auto", "movies"):
-        try:
-            from llm_assets.data.movies import movies
-        except ImportError:
-            if source == "movies":
-                raise
-        else:
-            tables = movies(num_rows, seed=seed)
-            joined = tables["reviews"].merge(
-                tables["movies"], on="rotten_tomatoes_link", how="left", sort=False
-            )
-            cols = ["movie_title", "movie_info", "review_content", "review_type"]
-            return joined[cols].astype(str).to_dict("records"), "llm_assets.data.movies"
-    return builtin_movie_rows(num_rows, seed), "builtin"
 
 
 def generate_workload(config: WorkloadConfig) -> list[RelQuery]:
     """The relQueries of one trace, in arrival order (see the module docstring)."""
-    rows, _ = movie_rows(config.table_rows, config.seed, config.source)
+    table = movie_reviews(config.table_rows, seed=config.seed)
+    rows = table[list(TABLE_COLUMNS)].astype(str).to_dict("records")
     content = random.Random(f"relquery-content-{config.seed}")
     gaps = random.Random(f"relquery-arrivals-{config.seed}")
     out: list[RelQuery] = []

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from benchmarks.lib.faults import SMOKE_FAULTS, markdown_table, run_fault_matrix
 
 
 def test_smoke_matrix_loses_nothing_and_a_kill_costs_at_most_one_chunk(tmp_path: Path) -> None:
-    pytest.importorskip("resources.sim.engine", reason="the simulated engine is not built yet")
     result = run_fault_matrix(smoke=True, workdir=tmp_path, log=lambda _: None)
     faults = result["faults"]
     assert list(faults) == list(SMOKE_FAULTS)

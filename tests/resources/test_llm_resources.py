@@ -61,17 +61,12 @@ def _clear_seen() -> Iterator[None]:
     ENGINES_SEEN.clear()
 
 
-def _require_sim() -> None:
-    pytest.importorskip("resources.sim.engine", reason="the simulated engine is not built yet")
-
-
 def test_the_abstract_resource_cannot_be_built() -> None:
     with pytest.raises(TypeError):
         LLMEngineResource()  # type: ignore[abstract]
 
 
 def test_simulated_engine_resource_materializes_and_keeps_its_cache_within_a_run() -> None:
-    _require_sim()
     result = dg.materialize([llm_outputs], resources={"llm": SimulatedEngineResource(gpu="L4")})
     assert result.success
     meta = materialized_metadata(result)
@@ -105,7 +100,6 @@ def test_vllm_resource_config_errors_list_valid_values() -> None:
 def test_openai_resource_reads_the_key_from_the_environment_and_never_shows_it(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    _require_sim()
     from resources.sim.server import ServerConfig, build_engine, serve_in_thread
 
     monkeypatch.setenv(KEY_VAR, SECRET)
@@ -130,7 +124,6 @@ def test_openai_resource_reads_the_key_from_the_environment_and_never_shows_it(
 
 
 def test_openai_resource_without_the_key_gets_error_rows_not_a_crash() -> None:
-    _require_sim()
     from resources.sim.server import ServerConfig, build_engine, serve_in_thread
 
     config = ServerConfig(served_model_name=MODEL, api_key=SECRET)

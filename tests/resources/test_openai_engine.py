@@ -339,7 +339,6 @@ def test_api_key_is_sent_but_never_logged_or_shown(caplog: pytest.LogCaptureFixt
 
 @pytest.fixture(scope="module")
 def sim_server() -> Iterator[str]:
-    pytest.importorskip("resources.sim.engine", reason="the simulated engine is not built yet")
     from resources.sim.server import serve_in_thread
 
     with serve_in_thread(gpu="L4", model="llama-2-7b") as base_url:

@@ -112,7 +112,6 @@ def test_a_per_run_max_tokens_reaches_the_server_and_keys_the_cache(tmp_path) ->
 
 
 def test_the_context_window_is_read_from_the_sim_server() -> None:
-    pytest.importorskip("resources.sim.engine")
     from resources.sim.server import serve_in_thread
 
     with serve_in_thread(gpu="L4", model="llama-2-7b") as url:

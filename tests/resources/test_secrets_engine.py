@@ -27,7 +27,6 @@ def test_api_key_from_the_environment_never_leaks(
     caplog: pytest.LogCaptureFixture,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    pytest.importorskip("resources.sim.engine", reason="the simulated engine is not built yet")
     key = f"sk-test-{secrets.token_hex(16)}"
     monkeypatch.setenv(ENV_VAR, key)
     caplog.set_level(logging.DEBUG)

@@ -15,6 +15,7 @@ import pytest
 from llm_assets.output_spec import OutputSpec
 from resources.engine import LLMEngine, Request, RunResult
 from resources.openai_engine import OpenAIEngine
+from resources.sim.engine import SimulatedEngine
 from resources.sim.server import FaultConfig, FaultInjector, ServerConfig, SimServer
 
 MODEL = "llama-2-7b"
@@ -22,8 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def sim_engine() -> LLMEngine:
-    module = pytest.importorskip("resources.sim.engine", reason="simulated engine missing")
-    return module.SimulatedEngine(gpu="L4", model=MODEL)
+    return SimulatedEngine(gpu="L4", model=MODEL)
 
 
 class Tap(LLMEngine):

@@ -19,6 +19,7 @@ import pytest
 from llm_assets.output_spec import OutputSpec
 from resources.engine import LLMEngine, Request, Response, RunResult, RunStats
 from resources.openai_engine import OpenAIEngine
+from resources.sim.engine import SimulatedEngine
 from resources.sim.server import (
     ApiError,
     EngineBatcher,
@@ -281,12 +282,7 @@ def test_batcher_close_answers_tickets_still_in_the_window() -> None:
 
 
 def sim_engine() -> LLMEngine:
-    module = pytest.importorskip(
-        "resources.sim.engine", reason="the simulated engine is not built yet"
-    )
-    return module.SimulatedEngine(
-        gpu="L4", model=MODEL, policy="vllm-v1", enable_prefix_caching=True
-    )
+    return SimulatedEngine(gpu="L4", model=MODEL, policy="vllm-v1", enable_prefix_caching=True)
 
 
 @pytest.fixture(scope="module")

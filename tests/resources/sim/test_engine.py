@@ -1,8 +1,7 @@
-"""SimulatedEngine end to end: records, invariants, errors, determinism, threads, progress."""
+"""SimulatedEngine end to end: records, invariants, errors, determinism, progress (threads:
+`test_engine_threads`)."""
 
 from __future__ import annotations
-
-import threading
 
 import pytest
 
@@ -73,29 +72,6 @@ def test_progress_reports_completion() -> None:
     )
     assert calls and calls[-1] == (50, 50)
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
-
-
-def test_run_is_thread_safe() -> None:
-    eng = SimulatedEngine()
-    requests = [Request(str(i), f"{REVIEW} {i}", 3) for i in range(50)]
-    expected = SimulatedEngine().run("q", requests).stats.prompt_tokens
-    results = []
-
-    def work() -> None:
-        results.append(eng.run("q", requests).stats.prompt_tokens)
-
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert results == [expected] * 4
-    assert eng.cache_stats()["num_free_blocks"] == eng.num_kv_blocks - 1  # all but the null block
-
-
-def test_generate_matches_run() -> None:
-    requests = [Request(str(i), REVIEW, 3) for i in range(5)]
-    assert SimulatedEngine().generate(requests) == SimulatedEngine().run("", requests).responses
 
 
 def test_tensor_parallel_deployment_prices_all_gpus() -> None:

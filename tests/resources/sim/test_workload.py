@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from resources.sim.workload import (
-    TEMPLATES,
-    WorkloadConfig,
-    builtin_movie_rows,
-    generate_workload,
-    movie_rows,
-)
+from llm_assets.data import movie_reviews
+from resources.sim.workload import TEMPLATES, WorkloadConfig, generate_workload
 
 
 def test_templates_are_the_papers_five() -> None:
@@ -24,9 +19,8 @@ def test_templates_are_the_papers_five() -> None:
     assert [t.max_tokens for t in TEMPLATES] == [5, 10, 5, 50, 100]
 
 
-@pytest.mark.parametrize("source", ["builtin", "auto"])
-def test_shape_sizes_and_arrivals(source: str) -> None:
-    cfg = WorkloadConfig(rate=2.0, num_relqueries=60, table_rows=2000, seed=1, source=source)
+def test_shape_sizes_and_arrivals() -> None:
+    cfg = WorkloadConfig(rate=2.0, num_relqueries=60, table_rows=2000, seed=1)
     wl = generate_workload(cfg)
     assert len(wl) == 60 and len({rq.relquery_id for rq in wl}) == 60
     sizes = [len(rq.requests) for rq in wl]
@@ -52,16 +46,13 @@ def test_deterministic_and_common_random_numbers_across_rates() -> None:
     assert [rq.arrival_s for rq in a] == pytest.approx([2 * rq.arrival_s for rq in c])
 
 
-def test_builtin_table_has_the_movies_shape() -> None:
-    rows = builtin_movie_rows(3000, seed=0)
-    infos = {r["movie_info"] for r in rows}
-    assert 5 <= len(infos) <= 20  # ~68 movies per 15,018 reviews
-    assert 350 < sum(map(len, infos)) / len(infos) < 500
-    mean_review = sum(len(r["review_content"]) for r in rows) / len(rows)
-    assert 100 < mean_review < 180
-    fresh = sum(r["review_type"] == "Fresh" for r in rows) / len(rows)
-    assert 0.65 < fresh < 0.75
-    assert movie_rows(50, 0, "builtin")[1] == "builtin"
+def test_prompts_render_rows_of_the_llm_assets_movie_table() -> None:
+    table = movie_reviews(500, seed=3)
+    for rq in generate_workload(WorkloadConfig(num_relqueries=10, table_rows=500, seed=3)):
+        template = next(t for t in TEMPLATES if rq.relquery_id.endswith(t.kind))
+        for request in rq.requests:
+            row = table.iloc[int(request.id.rsplit("/", 1)[1])]
+            assert request.prompt == template.render(row.astype(str).to_dict())
 
 
 def test_config_errors_name_the_value() -> None:
@@ -69,5 +60,3 @@ def test_config_errors_name_the_value() -> None:
         WorkloadConfig(rate=0)
     with pytest.raises(ValueError, match="min_requests=5 max_requests=2"):
         WorkloadConfig(min_requests=5, max_requests=2)
-    with pytest.raises(ValueError, match=r"'csv'.*auto.*movies.*builtin"):
-        WorkloadConfig(source="csv")
