@@ -149,7 +149,8 @@ class OpenAIEngineResource(LLMEngineResource, OpenAIEngineConfig):
         for name, raw in env.items():
             field = fields[name]
             try:  # the field's type and bounds, so that a bad variable is named
-                adapter = TypeAdapter(Annotated[field.annotation, *field.metadata])
+                kind = field.annotation
+                adapter = TypeAdapter(Annotated[kind, *field.metadata] if field.metadata else kind)
                 values[name] = adapter.validate_python(raw)
             except ValidationError as e:
                 var = OPENAI_ENV_PREFIX + name.upper()
