@@ -36,7 +36,8 @@ def config_error(owner: str, error: ValidationError, sources: dict[str, str] | N
     name = ".".join(str(p) for p in first["loc"]) or "(model)"
     where = (sources or {}).get(name, f"{owner}.{name}")
     more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
-    return f"{where}={first.get('input')!r}: {first['msg']}{more}"
+    message = first["msg"].removeprefix("Value error, ")
+    return f"{where}={first.get('input')!r}: {message}{more}"
 
 
 class EngineConfig(BaseModel):

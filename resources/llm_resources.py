@@ -136,10 +136,8 @@ class OpenAIEngineResource(LLMEngineResource, OpenAIEngineConfig):
         variable, else the default. ValueError names a missing URL/model or a bad variable."""
         fields = OpenAIEngineConfig.model_fields
         values = self.model_dump(include=self.model_fields_set & fields.keys())
-        env = {
-            name: os.environ.get(OPENAI_ENV_PREFIX + name.upper()) for name in fields - values.keys()
-        }
-        env = {name: raw for name, raw in env.items() if raw not in (None, "")}
+        env = {name: os.environ.get(OPENAI_ENV_PREFIX + name.upper()) for name in fields}
+        env = {n: raw for n, raw in env.items() if raw not in (None, "") and n not in values}
         for name in ("base_url", "model"):
             if not values.get(name) and name not in env:
                 raise ValueError(
