@@ -127,8 +127,6 @@ class VLLMEngineConfig(EngineConfig):
                 "max_model_len", "tensor_parallel_size")  # fmt: skip
 
 
-ServerStyle = Literal["auto", "vllm", "vllm-guided", "llamacpp", "openai", "none"]
-"""`resources.openai_wire.SERVER_STYLES` (a test holds the two equal)."""
 
 
 class OpenAIEngineConfig(EngineConfig):
@@ -152,7 +150,7 @@ class OpenAIEngineConfig(EngineConfig):
     """Stop after this many consecutive connection failures or timeouts (0: never)."""
     server_style: str = "auto"
     """How output constraints are sent: auto (ask the server), vllm, vllm-guided, llamacpp,
-    openai or none (a `str` checked against `ServerStyle`, older names accepted: as an enum,
+    openai or none (a `str` checked against `SERVER_STYLES`, older names accepted: as an enum,
     Dagster would always fill it in and hide LLM_ASSETS_OPENAI_SERVER_STYLE)."""
     max_tokens: int | None = Field(default=None, ge=1)
     """Output budget of every request of the run (None: each request's own)."""

@@ -93,7 +93,7 @@ class SimulatedEngine(LLMEngine):
         the fields are `SimulatedEngineConfig`'s. Objects that are not config: `coefficients`
         (replace the profile-derived cost model), `efficiency` (replaces the timing profile's),
         and `policy` / `tokenizer` may be a `Policy` / `Tokenizer` object instead of a name."""
-        values = SimulatedEngineConfig.named(args, fields) if config is None else {}
+        values = SimulatedEngineConfig.named(args, fields)
         policy = values.pop("policy") if not isinstance(values.get("policy", ""), str) else None
         tok = values.get("tokenizer")
         tokenizer = values.pop("tokenizer") if not isinstance(tok, str | None) else None
