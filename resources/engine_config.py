@@ -29,12 +29,11 @@ __all__ = [
 ]
 
 
-def config_error(owner: str, error: ValidationError, sources: dict[str, str] | None = None) -> str:
-    """One line per `ValidationError`: `owner.field=value: what is accepted` (first error;
-    `sources` renames a field, e.g. to the environment variable it was read from)."""
+def config_error(owner: str, error: ValidationError) -> str:
+    """A `ValidationError` as one line: `owner.field=value: what is accepted` (the first
+    error, and how many more there are)."""
     first = error.errors()[0]
-    name = ".".join(str(p) for p in first["loc"]) or "(model)"
-    where = (sources or {}).get(name, f"{owner}.{name}")
+    where = f"{owner}.{'.'.join(str(p) for p in first['loc'])}"
     more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
     message = first["msg"].removeprefix("Value error, ")
     return f"{where}={first.get('input')!r}: {message}{more}"
@@ -48,7 +47,7 @@ class EngineConfig(BaseModel):
     copies this model's fields out of a model that has them (the resource inheriting it).
     """
 
-    model_config = ConfigDict(use_attribute_docstrings=True, validate_default=True)
+    model_config = ConfigDict(use_attribute_docstrings=True, validate_default=True, extra="forbid")
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -125,8 +124,6 @@ class VLLMEngineConfig(EngineConfig):
     def positional(cls) -> tuple[str, ...]:
         return ("model", "enable_prefix_caching", "scheduling_policy", "gpu_memory_utilization",
                 "max_model_len", "tensor_parallel_size")  # fmt: skip
-
-
 
 
 class OpenAIEngineConfig(EngineConfig):

@@ -57,7 +57,9 @@ class QueryOptionsResource(dg.ConfigurableResource):
 
     def overrides(self) -> dict[str, Any]:
         """The `QueryOptions` fields this run sets (None: keep the declared value)."""
-        return self.model_dump(include=set(QueryOptions.model_fields) & set(type(self).model_fields))
+        return self.model_dump(
+            include=set(QueryOptions.model_fields) & set(type(self).model_fields)
+        )
 
     def apply(self, declared: QueryOptions) -> QueryOptions:
         """The declared options with this run's overrides."""
