@@ -127,10 +127,8 @@ class RunStats:
     @classmethod
     def empty(cls, engine: str, model: str, hardware: str, wall_time_s: float = 0.0) -> RunStats:
         """The totals of a run that served nothing."""
-        return cls.from_responses(
-            (), engine=engine, model=model, hardware=hardware, engine_time_s=0.0,
-            wall_time_s=wall_time_s,
-        )  # fmt: skip
+        labels = {"engine": engine, "model": model, "hardware": hardware}
+        return cls.from_responses((), **labels, engine_time_s=0.0, wall_time_s=wall_time_s)
 
     def __add__(self, other: RunStats) -> RunStats:
         """Totals of two runs (engine, model and hardware of the first): the one place run
