@@ -39,6 +39,7 @@ from pathlib import Path
 
 from benchmarks.lib.conformance import MAX_MODEL_LEN, compare, simulate_run, vllm_requests
 from benchmarks.lib.model_dir import write_model_dir
+from resources.sim.block_cache import BLOCK_SIZE
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -128,6 +129,7 @@ def record_vllm(work: dict, vllm_python: str | None) -> dict:
         spec = {
             "model_dir": str(write_model_dir(Path(tmp) / "llama-3-8b")),
             "max_model_len": MAX_MODEL_LEN,
+            "block_size": BLOCK_SIZE,
             "requests": vllm_requests(work["requests"]),
             "runs": work["runs"],
         }

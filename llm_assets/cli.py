@@ -155,13 +155,12 @@ def build_engine(engine: str, gpu: str, model: str, policy: str, prefix_cache: b
     )
 
     if engine == "sim":
-        resource = SimulatedEngineResource(
-            gpu=gpu, model=model, policy=policy, enable_prefix_caching=prefix_cache
-        )
         try:
-            return resource, resource.build_engine()
-        except (ValueError, KeyError) as exc:
-            fail(str(exc).strip("'\""))
+            return SimulatedEngineResource(
+                gpu=gpu, model=model, policy=policy, enable_prefix_caching=prefix_cache
+            ).build_engine()
+        except ValueError as exc:
+            fail(str(exc))
     elif engine == "openai":
         missing = [
             v
@@ -181,7 +180,7 @@ def build_engine(engine: str, gpu: str, model: str, policy: str, prefix_cache: b
         resource = VLLMEngineResource(
             model=os.environ["LLM_ASSETS_VLLM_MODEL"], enable_prefix_caching=prefix_cache
         )
-    return resource, resource.build_engine()
+    return resource.build_engine()
 
 
 class ProgressBar:
@@ -258,12 +257,12 @@ def engine_options(f):
     return f
 
 
-def stats_report(stats, resource, engine, wall_s: float) -> dict:
+def stats_report(stats, engine, wall_s: float) -> dict:
     """Requests, tokens, hit rate, engine time (simulated seconds on the sim), wall time and
     cost per pricing model: what `run` and `plan` print."""
     from llm_assets.assets.tracking import engine_costs
 
-    costs = engine_costs(resource, engine, stats)
+    costs = engine_costs(engine, stats)
     return {
         "n_requests": stats.n_requests,
         "prompt_tokens": stats.prompt_tokens,
@@ -301,7 +300,7 @@ def run_command(query_path, tables, method, out, **switches):
     switches = Switches(**switches)
     options = switches.options(method)
     query, frames = load_inputs(read_sql(query_path), parse_tables(tables), query_path.stem)
-    resource, llm = switches.build_engine()
+    llm = switches.build_engine()
     try:
         run = run_query(query, frames, options, llm, progress=ProgressBar())
     except (ValueError, TooManyErrors) as exc:
@@ -316,7 +315,7 @@ def run_command(query_path, tables, method, out, **switches):
             result.to_parquet(out, index=False)
     report = {
         "rows": run.accounting,
-        **stats_report(run.stats, resource, llm, time.perf_counter() - started),
+        **stats_report(run.stats, llm, time.perf_counter() - started),
     }
     report["answer_rows"] = len(run.answer)
     if run.filter_order is not None:
@@ -351,7 +350,7 @@ def plan_command(query_path, tables, methods, **switches):
     for method in [m.strip() for m in methods.split(",") if m.strip()]:
         options = switches.options(method)
         started = time.perf_counter()
-        resource, sim = switches.build_engine()
+        sim = switches.build_engine()
         try:
             planned = run_query(query, frames, options, sim, send=False)
         except ValueError as exc:
@@ -363,7 +362,7 @@ def plan_command(query_path, tables, methods, **switches):
         result = sim.run(f"{query.name}:plan", requests)
         report["methods"][method] = {
             "rows_to_first_llm": int((stage.deduped[stages.INPUT] >= 0).sum()),
-            **stats_report(result.stats, resource, sim, time.perf_counter() - started),
+            **stats_report(result.stats, sim, time.perf_counter() - started),
         }
     click.echo(json.dumps(report))
 

@@ -3,19 +3,34 @@
 Invariants every engine keeps:
 - `run` returns exactly one `Response` per `Request`, in request order, with the same `id`;
   a request that fails is returned with `error` set, never dropped.
-- `cached_tokens <= prompt_tokens` on every response; `RunStats` sums them over the run.
+- `cached_tokens <= prompt_tokens` on every response; `RunStats.from_responses` sums them
+  over the run (the one place run totals are computed; `RunStats.__add__` adds two runs).
 - `engine_time_s` is simulated seconds for the simulated engine, measured seconds otherwise.
+
+The contract is explicit: what callers may ask an engine is declared on `LLMEngine` (abstract
+where every engine must answer, a documented default where one is sane), never looked up with
+`getattr`.
 """
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from llm_assets.output_spec import OutputSpec
 
-__all__ = ["LLMEngine", "OutputSpec", "Request", "Response", "RunResult", "RunStats"]
+__all__ = [
+    "EngineWrapper",
+    "GpuRental",
+    "LLMEngine",
+    "OutputSpec",
+    "Request",
+    "Response",
+    "RunResult",
+    "RunStats",
+]
 
 
 @dataclass(frozen=True)
@@ -80,25 +95,50 @@ class RunStats:
         """Whether every answered request's cached tokens were reported by the engine."""
         return self.cached_tokens_unknown == 0
 
+    @classmethod
+    def from_responses(
+        cls,
+        responses: Sequence[Response],
+        *,
+        engine: str,
+        model: str,
+        hardware: str,
+        engine_time_s: float,
+        wall_time_s: float,
+    ) -> RunStats:
+        """The totals of one run's `responses`: tokens of answered responses only (a failed
+        request's tokens are not billed; the simulated engine reports the length of a prompt
+        it rejected, which it never computed), `errors` counts the failed ones."""
+        ok = [r for r in responses if r.error is None]
+        return cls(
+            engine=engine,
+            model=model,
+            hardware=hardware,
+            n_requests=len(responses),
+            prompt_tokens=sum(r.prompt_tokens for r in ok),
+            cached_tokens=sum(r.cached_tokens for r in ok),
+            output_tokens=sum(r.output_tokens for r in ok),
+            engine_time_s=engine_time_s,
+            wall_time_s=wall_time_s,
+            errors=len(responses) - len(ok),
+            cached_tokens_unknown=sum(1 for r in ok if not r.cached_tokens_known),
+        )
+
+    @classmethod
+    def empty(cls, engine: str, model: str, hardware: str, wall_time_s: float = 0.0) -> RunStats:
+        """The totals of a run that served nothing."""
+        labels = {"engine": engine, "model": model, "hardware": hardware}
+        return cls.from_responses((), **labels, engine_time_s=0.0, wall_time_s=wall_time_s)
+
     def __add__(self, other: RunStats) -> RunStats:
         """Totals of two runs (engine, model and hardware of the first): the one place run
         totals are added up. Times add: the runs are taken to be sequential."""
-        return replace(
-            self,
-            **{
-                f: getattr(self, f) + getattr(other, f)
-                for f in (
-                    "n_requests",
-                    "prompt_tokens",
-                    "cached_tokens",
-                    "output_tokens",
-                    "engine_time_s",
-                    "wall_time_s",
-                    "errors",
-                    "cached_tokens_unknown",
-                )
-            },
-        )
+        mine, theirs = asdict(self), asdict(other)
+        return replace(self, **{f: mine[f] + theirs[f] for f in _ADDITIVE})
+
+
+_ADDITIVE = tuple(f.name for f in fields(RunStats) if f.name not in ("engine", "model", "hardware"))
+"""The `RunStats` fields that add up over runs (every one but the three labels)."""
 
 
 @dataclass(frozen=True)
@@ -110,10 +150,74 @@ class RunResult:
     server): the one-line reason; the runner then sends nothing more."""
 
 
-class LLMEngine(ABC):
-    """Anything that turns requests into responses: simulated, in-process vLLM, or HTTP."""
+@dataclass(frozen=True)
+class GpuRental:
+    """What a self-hosted engine rents: `num_gpus` GPUs named as in
+    `llm_assets.optimizer.cost.GPU_USD_PER_HOUR`; its cost is that price x engine time."""
 
-    name: str = "engine"
+    gpu: str
+    num_gpus: int = 1
+
+
+class LLMEngine(ABC):
+    """Anything that turns requests into responses: simulated, in-process vLLM, or HTTP.
+
+    Every attribute a caller may read is declared here. Abstract ones (`name`, `model`,
+    `hardware`, `run`) every engine answers (a class attribute is enough for a constant);
+    the rest have a default that is right for an engine that does not know better.
+    """
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """Engine kind, as `RunStats.engine` and the response cache key it ("sim", "vllm", ...)."""
+
+    @property
+    @abstractmethod
+    def model(self) -> str:
+        """Name of the model that answers (part of the response cache key)."""
+
+    @property
+    @abstractmethod
+    def hardware(self) -> str:
+        """What it runs on, for reports ("L4", "2xH200", "remote", ...)."""
+
+    @property
+    def max_model_len(self) -> int | None:
+        """Context window in tokens (prompt + output), None when unknown."""
+        return None
+
+    @property
+    def enable_prefix_caching(self) -> bool | None:
+        """Whether the engine reuses the KV cache of shared prompt prefixes, None when unknown."""
+        return None
+
+    @property
+    def temperature(self) -> float:
+        """Sampling temperature of every request (a different one is a different answer)."""
+        return 0.0
+
+    @property
+    def max_tokens(self) -> int | None:
+        """An output budget that replaces every request's `max_tokens`, None to keep theirs."""
+        return None
+
+    @property
+    def honours_priority(self) -> bool:
+        """Whether `Request.priority` reaches the engine's scheduler (vLLM's priority
+        scheduling); False: priorities are ignored and only submission order counts."""
+        return False
+
+    @property
+    def gpu_rental(self) -> GpuRental | None:
+        """The GPUs a run rents when the engine's cost is GPU time (self-hosted pricing);
+        None when it is priced per token (a hosted API) or unknown."""
+        return None
+
+    def count_tokens(self, text: str) -> int:
+        """Prompt tokens of `text` as this engine counts them; the default is the built-in
+        approximation of the Llama 3 tokenizer (`resources.sim.tokenizer.ApproxTokenizer`)."""
+        return _approx_tokenizer().count(text)
 
     @abstractmethod
     def run(self, relquery_id: str, requests: Sequence[Request]) -> RunResult:
@@ -121,3 +225,36 @@ class LLMEngine(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release held resources (GPU memory, HTTP pools). Safe to call twice."""
+
+
+class EngineWrapper(LLMEngine):
+    """An engine that passes everything to `inner` (subclasses watch or change `run`)."""
+
+    def __init__(self, inner: LLMEngine) -> None:
+        self.inner = inner
+
+    name = property(lambda self: self.inner.name)
+    model = property(lambda self: self.inner.model)
+    hardware = property(lambda self: self.inner.hardware)
+    max_model_len = property(lambda self: self.inner.max_model_len)
+    enable_prefix_caching = property(lambda self: self.inner.enable_prefix_caching)
+    temperature = property(lambda self: self.inner.temperature)
+    max_tokens = property(lambda self: self.inner.max_tokens)
+    honours_priority = property(lambda self: self.inner.honours_priority)
+    gpu_rental = property(lambda self: self.inner.gpu_rental)
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+    def run(self, relquery_id: str, requests: Sequence[Request]) -> RunResult:
+        return self.inner.run(relquery_id, requests)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@functools.cache
+def _approx_tokenizer():
+    from resources.sim.tokenizer import ApproxTokenizer
+
+    return ApproxTokenizer()

@@ -51,7 +51,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import random
 import ssl
 import threading
@@ -62,19 +61,18 @@ from typing import Any
 
 import httpx
 
-from resources.engine import LLMEngine, Request, Response, RunResult
+from resources.engine import LLMEngine, Request, Response, RunResult, RunStats
+from resources.engine_config import OpenAIEngineConfig
 from resources.openai_lanes import GROUP_MIN_CHARS, plan_lanes, serve_lanes
 from resources.openai_probe import ServerInfo, probe_server
 from resources.openai_request import RequestFailed, RunState, failed_response, serve_request
 from resources.openai_wire import (
     NO_CACHED_TOKENS_ADVICE,
     SERVER_STYLES,
-    STYLE_ALIASES,
     Redactor,
     split_url_credentials,
     structured_fields,
 )
-from resources.vllm_engine import stats_from_responses
 
 __all__ = ["GROUP_MIN_CHARS", "SERVER_STYLES", "OpenAIEngine", "RequestFailed"]
 
@@ -113,84 +111,74 @@ class OpenAIEngine(LLMEngine):
 
     def __init__(
         self,
-        base_url: str,
-        model: str,
+        *args: Any,
+        config: OpenAIEngineConfig | None = None,
         api_key: str | None = None,
-        max_concurrency: int = 16,
-        timeout_s: float = 60.0,
-        max_retries: int = 5,
-        send_priority: bool = False,
-        use_chat: bool = False,
-        *,
-        server_style: str = "auto",
-        temperature: float = 0.0,
-        initial_backoff_s: float = 0.5,
-        max_backoff_s: float = 30.0,
-        hardware: str = "remote",
-        send_relquery_header: bool = False,
         progress: ProgressCallback | None = None,
-        seed: int | None = None,
-        request_deadline_s: float = 300.0,
-        breaker_failures: int = 8,
-        prefix_affinity: bool = True,
-        max_tokens: int | None = None,
-        max_reply_bytes: int = 8 * 2**20,
-        probe: bool = True,
+        **fields: Any,
     ) -> None:
-        clean_url, user, password = split_url_credentials(base_url)
+        """`OpenAIEngine(base_url, model, **fields)` or `OpenAIEngine(config=...)`: the
+        fields are `OpenAIEngineConfig`'s. Not config: `api_key` (a secret, kept apart and
+        never shown) and `progress` (called with requests done, total)."""
+        cfg = OpenAIEngineConfig.resolve(config, args, fields)
+        if not cfg.base_url or not cfg.model:
+            raise ValueError(
+                f"OpenAIEngine needs base_url and model, got base_url="
+                f"{'set' if cfg.base_url else None}, model={cfg.model!r}"
+            )
+        clean_url, user, password = split_url_credentials(cfg.base_url)
         self._redact = Redactor([s for s in (api_key, user, password) if s])
         if not clean_url.startswith(("http://", "https://")):
             raise ValueError(
                 f"base_url must start with http:// or https://, got {self._redact(clean_url)!r}"
             )
-        style = STYLE_ALIASES.get(server_style, server_style)
-        checks = (
-            ("max_concurrency", max_concurrency, max_concurrency >= 1, ">= 1"),
-            ("timeout_s", timeout_s, timeout_s > 0, "> 0"),
-            ("max_retries", max_retries, max_retries >= 0, ">= 0"),
-            ("request_deadline_s", request_deadline_s, 0 < request_deadline_s < math.inf,
-             "> 0 and finite"),
-            ("initial_backoff_s", initial_backoff_s, initial_backoff_s >= 0, ">= 0"),
-            ("max_backoff_s", max_backoff_s, max_backoff_s >= 0, ">= 0"),
-            ("breaker_failures", breaker_failures, breaker_failures >= 0, ">= 0 (0: off)"),
-            ("max_tokens", max_tokens, max_tokens is None or max_tokens >= 1, ">= 1 or None"),
-            ("max_reply_bytes", max_reply_bytes, max_reply_bytes >= 1024, ">= 1024"),
-        )  # fmt: skip
-        for name, value, ok, accepted in checks:
-            if not ok:
-                raise ValueError(f"{name} must be {accepted}, got {value!r}")
-        if style not in SERVER_STYLES:
-            raise ValueError(
-                f"unknown server_style {style!r}; expected one of {SERVER_STYLES} "
-                f"(or the older names {sorted(STYLE_ALIASES)})"
-            )
+        self.config: OpenAIEngineConfig = cfg.model_copy(update={"base_url": None})
+        """The engine's settings (`base_url` dropped: the clean one is `self.base_url`)."""
         self.base_url = clean_url.rstrip("/")
-        self.model = model
-        self.max_concurrency = max_concurrency
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.request_deadline_s = request_deadline_s
-        self.send_priority = send_priority
-        self.use_chat = use_chat
-        self.server_style = style
-        self.temperature = temperature
-        self.initial_backoff_s = initial_backoff_s
-        self.max_backoff_s = max_backoff_s
-        self.hardware = hardware
-        self.send_relquery_header = send_relquery_header
+        self.max_concurrency = cfg.max_concurrency
+        self.timeout_s = cfg.timeout_s
+        self.max_retries = cfg.max_retries
+        self.request_deadline_s = cfg.request_deadline_s
+        self.send_priority = cfg.send_priority
+        self.use_chat = cfg.use_chat
+        self.server_style = cfg.server_style
+        self.initial_backoff_s = cfg.initial_backoff_s
+        self.max_backoff_s = cfg.max_backoff_s
+        self.send_relquery_header = cfg.send_relquery_header
         self.progress = progress
-        self.breaker_failures = breaker_failures
-        self.prefix_affinity = prefix_affinity
-        self.max_tokens = max_tokens
-        self.max_reply_bytes = max_reply_bytes
-        self.probe = probe
+        self.breaker_failures = cfg.breaker_failures
+        self.prefix_affinity = cfg.prefix_affinity
+        self.max_reply_bytes = cfg.max_reply_bytes
+        self.probe = cfg.probe
         self._api_key = _Secret(api_key) if api_key else None
         self._basic = (_Secret(user or ""), _Secret(password or "")) if user or password else None
-        self._rng = random.Random(seed)
+        self._rng = random.Random(cfg.seed)
         self._warned_no_cached = False
         self._info: ServerInfo | None = None
         self._info_lock = threading.Lock()
         self._ssl: ssl.SSLContext | None = None
+
+    @property
+    def model(self) -> str:
+        return self.config.model or ""
+
+    @property
+    def hardware(self) -> str:
+        return self.config.hardware
+
+    @property
+    def temperature(self) -> float:
+        return self.config.temperature
+
+    @property
+    def max_tokens(self) -> int | None:
+        return self.config.max_tokens
+
+    @property
+    def honours_priority(self) -> bool:
+        """Whether priorities are sent (the server must schedule by them: vLLM's
+        `--scheduling-policy priority`)."""
+        return self.config.send_priority
 
     def __repr__(self) -> str:
         key = "'***'" if self._api_key is not None else "None"
@@ -312,7 +300,7 @@ class OpenAIEngine(LLMEngine):
         errors = sum(1 for r in responses if r.error is not None)
         if errors:
             log.warning("relquery %s: %d of %d requests failed", relquery_id, errors, len(requests))
-        stats = stats_from_responses(
+        stats = RunStats.from_responses(
             responses,
             engine=self.name,
             model=self.model,

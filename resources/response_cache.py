@@ -102,8 +102,7 @@ class CacheLockTimeout(TimeoutError):
 class EngineKey:
     """What, besides the request, decides an answer: the engine, the model, the temperature.
 
-    `EngineKey.of(engine)` reads `engine.name`, `engine.model` (a string, or a profile with a
-    `name`) and `engine.temperature` (0.0 when absent).
+    `EngineKey.of(engine)` reads the declared `LLMEngine.name`, `.model` and `.temperature`.
     """
 
     engine: str
@@ -115,10 +114,7 @@ class EngineKey:
 
     @classmethod
     def of(cls, engine: LLMEngine) -> EngineKey:
-        model = getattr(engine, "model", "")
-        if not isinstance(model, str):
-            model = str(getattr(model, "name", model))
-        return cls(str(engine.name), model, float(getattr(engine, "temperature", 0.0) or 0.0))
+        return cls(engine.name, engine.model, float(engine.temperature))
 
     def request_key(self, request: Request) -> str:
         """The stable cache key of `request` under this engine (64 hex digits)."""

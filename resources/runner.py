@@ -138,7 +138,7 @@ def run_requests(
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     wall0 = time.perf_counter()
-    requests = with_max_tokens(requests, getattr(engine, "max_tokens", None))
+    requests = with_max_tokens(requests, engine.max_tokens)
     total = len(requests)
     key_of = engine_key or EngineKey.of(engine)
     cache = cache if cache is not None else ResponseCache.disabled()
@@ -256,16 +256,5 @@ def _sum_stats(
     engine: LLMEngine, key: EngineKey, parts: list[RunStats], wall_time_s: float
 ) -> RunStats:
     if not parts:
-        return RunStats(
-            engine=key.engine,
-            model=key.model,
-            hardware=str(getattr(engine, "hardware", "")),
-            n_requests=0,
-            prompt_tokens=0,
-            cached_tokens=0,
-            output_tokens=0,
-            engine_time_s=0.0,
-            wall_time_s=wall_time_s,
-            errors=0,
-        )
+        return RunStats.empty(key.engine, key.model, engine.hardware, wall_time_s)
     return dataclasses.replace(functools.reduce(operator.add, parts), wall_time_s=wall_time_s)

@@ -10,7 +10,6 @@ without it. The pure parts, shared with the HTTP client and the sim's server:
 - `sampling_kwargs(request)`: the keyword arguments of one request's `SamplingParams`.
 - `response_from_output(request, output, ...)`: a `RequestOutput`-like object as a `Response`
   (reads `prompt_token_ids`, `num_cached_tokens`, `outputs[0].text`, `outputs[0].token_ids`).
-- `stats_from_responses(...)`: the `RunStats` totals of a list of responses.
 
 Invariant: `run` returns one `Response` per `Request`, in request order; a request vLLM could not
 serve (no completion, aborted) comes back with `error` set.
@@ -21,10 +20,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, get_args
 
 from llm_assets.output_spec import OutputSpec
 from resources.engine import LLMEngine, Request, Response, RunResult, RunStats
+from resources.engine_config import SchedulingPolicy, VLLMEngineConfig
 
 __all__ = [
     "SCHEDULING_POLICIES",
@@ -32,13 +32,12 @@ __all__ = [
     "number_regex",
     "response_from_output",
     "sampling_kwargs",
-    "stats_from_responses",
     "structured_outputs_for",
 ]
 
 log = logging.getLogger(__name__)
 
-SCHEDULING_POLICIES: tuple[str, ...] = ("fcfs", "priority")
+SCHEDULING_POLICIES: tuple[str, ...] = get_args(SchedulingPolicy)
 INSTALL_HINT = "vLLM is not installed; install the optional extra with: pip install -e '.[vllm]'"
 
 _MAX_ENUMERATED_INTEGERS = 100
@@ -168,33 +167,6 @@ def response_from_output(
     )
 
 
-def stats_from_responses(
-    responses: Sequence[Response],
-    *,
-    engine: str,
-    model: str,
-    hardware: str,
-    engine_time_s: float,
-    wall_time_s: float,
-) -> RunStats:
-    """The `RunStats` totals of `responses` (errors counted, their tokens included)."""
-    return RunStats(
-        engine=engine,
-        model=model,
-        hardware=hardware,
-        n_requests=len(responses),
-        prompt_tokens=sum(r.prompt_tokens for r in responses),
-        cached_tokens=sum(r.cached_tokens for r in responses),
-        output_tokens=sum(r.output_tokens for r in responses),
-        engine_time_s=engine_time_s,
-        wall_time_s=wall_time_s,
-        errors=sum(1 for r in responses if r.error is not None),
-        cached_tokens_unknown=sum(
-            1 for r in responses if r.error is None and not r.cached_tokens_known
-        ),
-    )
-
-
 class VLLMEngine(LLMEngine):
     """`vllm.LLM` in this process: prefix caching on, FCFS or priority scheduling.
 
@@ -209,47 +181,45 @@ class VLLMEngine(LLMEngine):
 
     def __init__(
         self,
-        model: str,
-        enable_prefix_caching: bool = True,
-        scheduling_policy: str = "fcfs",
-        gpu_memory_utilization: float = 0.9,
-        max_model_len: int | None = None,
-        tensor_parallel_size: int = 1,
-        *,
-        dtype: str = "auto",
-        seed: int = 0,
-        temperature: float = 0.0,
-        hardware: str | None = None,
+        *args: Any,
+        config: VLLMEngineConfig | None = None,
         extra_llm_kwargs: dict[str, Any] | None = None,
+        **fields: Any,
     ) -> None:
-        if scheduling_policy not in SCHEDULING_POLICIES:
-            raise ValueError(
-                f"unknown scheduling_policy {scheduling_policy!r}; "
-                f"expected one of {SCHEDULING_POLICIES}"
-            )
-        if not 0.0 < gpu_memory_utilization <= 1.0:
-            raise ValueError(
-                f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}"
-            )
-        if tensor_parallel_size < 1:
-            raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
-        if max_model_len is not None and max_model_len < 1:
-            raise ValueError(f"max_model_len must be >= 1 or None, got {max_model_len}")
-        self.model = model
-        self.enable_prefix_caching = enable_prefix_caching
-        self.scheduling_policy = scheduling_policy
-        self.gpu_memory_utilization = gpu_memory_utilization
-        self.max_model_len = max_model_len
-        self.tensor_parallel_size = tensor_parallel_size
-        self.dtype = dtype
-        self.seed = seed
-        self.temperature = temperature
-        self._hardware = hardware
+        """`VLLMEngine(model, **fields)` or `VLLMEngine(config=...)`: the fields are
+        `VLLMEngineConfig`'s; `extra_llm_kwargs` go to `vllm.LLM(...)` as they are."""
+        self.config: VLLMEngineConfig = VLLMEngineConfig.resolve(config, args, fields)
         self.extra_llm_kwargs = dict(extra_llm_kwargs or {})
+        self._hardware = self.config.hardware
         self._llm: Any = None
         self._sampling_params_cls: Any = None
         self._structured_cls: Any = None
         self._structured_field = "structured_outputs"
+
+    @property
+    def model(self) -> str:
+        return self.config.model
+
+    @property
+    def enable_prefix_caching(self) -> bool:
+        return self.config.enable_prefix_caching
+
+    @property
+    def scheduling_policy(self) -> str:
+        return self.config.scheduling_policy
+
+    @property
+    def honours_priority(self) -> bool:
+        return self.config.scheduling_policy == "priority"
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The configured limit; None keeps (and reports as unknown) the model's own."""
+        return self.config.max_model_len
+
+    @property
+    def temperature(self) -> float:
+        return self.config.temperature
 
     def __repr__(self) -> str:
         return (
@@ -259,17 +229,7 @@ class VLLMEngine(LLMEngine):
 
     def llm_kwargs(self) -> dict[str, Any]:
         """The keyword arguments `vllm.LLM(...)` is built with."""
-        kwargs: dict[str, Any] = {
-            "model": self.model,
-            "enable_prefix_caching": self.enable_prefix_caching,
-            "scheduling_policy": self.scheduling_policy,
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-            "tensor_parallel_size": self.tensor_parallel_size,
-            "dtype": self.dtype,
-            "seed": self.seed,
-        }
-        if self.max_model_len is not None:
-            kwargs["max_model_len"] = self.max_model_len
+        kwargs = self.config.model_dump(exclude={"temperature", "hardware"}, exclude_none=True)
         kwargs.update(self.extra_llm_kwargs)
         return kwargs
 
@@ -285,14 +245,14 @@ class VLLMEngine(LLMEngine):
         llm: Any,
         model: str,
         *,
-        scheduling_policy: str = "fcfs",
         sampling_params_cls: Any = None,
         structured_outputs_cls: Any = None,
-        **kwargs: Any,
+        **fields: Any,
     ) -> VLLMEngine:
-        """Wrap an already built `vllm.LLM` (e.g. one a notebook holds). `scheduling_policy`
-        must be the one `llm` was built with. The parameter classes default to vLLM's."""
-        engine = cls(model, scheduling_policy=scheduling_policy, **kwargs)
+        """Wrap an already built `vllm.LLM` (e.g. one a notebook holds); `fields` (those of
+        `VLLMEngineConfig`, `scheduling_policy` above all) must be the ones `llm` was built
+        with. The parameter classes default to vLLM's."""
+        engine = cls(model, **fields)
         if sampling_params_cls is None or structured_outputs_cls is None:
             sampling_params_cls, structured_outputs_cls, field_name = _vllm_param_classes()
             engine._structured_field = field_name
@@ -343,7 +303,7 @@ class VLLMEngine(LLMEngine):
             response_from_output(req, out, run_start_epoch=start_epoch, fallback_s=engine_time_s)
             for req, out in zip(requests, outputs, strict=True)
         ]
-        stats = stats_from_responses(
+        stats = RunStats.from_responses(
             responses,
             engine=self.name,
             model=self.model,

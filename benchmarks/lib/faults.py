@@ -46,7 +46,7 @@ import httpx
 from benchmarks.lib.hostile_faults import HOSTILE_CASES, run_hostile_case
 from llm_assets.data.movies import movie_reviews
 from llm_assets.output_spec import OutputSpec
-from resources.engine import LLMEngine, Request, Response, RunResult
+from resources.engine import EngineWrapper, Request, Response, RunResult
 from resources.openai_engine import OpenAIEngine
 from resources.response_cache import ResponseCache
 from resources.runner import RunOutcome, run_requests
@@ -279,22 +279,16 @@ def make_engine(
     )
 
 
-class _SendLog(LLMEngine):
+class _SendLog(EngineWrapper):
     """Passes every chunk to `inner`, first calling `on_send(ids)` (what was sent)."""
 
     def __init__(self, inner: OpenAIEngine, on_send: Callable[[list[str]], None]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.on_send = on_send
-        self.name = inner.name
-        self.model = inner.model
-        self.temperature = inner.temperature
 
     def run(self, relquery_id: str, requests: Sequence[Request]) -> RunResult:
         self.on_send([r.id for r in requests])
         return self.inner.run(relquery_id, requests)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def _client_run(

@@ -46,7 +46,7 @@ def simulate_point(
     model: str,
     concurrency: int,
     lengths: Sequence[tuple[int, int]],
-    timing: str | None = None,
+    timing: str = "vllm-2024",
     usage: str = "serve",
     seed: int = 0,
     coefficients: CostCoefficients | None = None,

@@ -24,10 +24,8 @@ import json
 import sys
 from pathlib import Path
 
-BLOCK_SIZE = 16
 
-
-def _scheduler(model_dir: str, max_model_len: int, run: dict):
+def _scheduler(model_dir: str, max_model_len: int, block_size: int, run: dict):
     import torch
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.sched.scheduler import Scheduler
@@ -43,7 +41,7 @@ def _scheduler(model_dir: str, max_model_len: int, run: dict):
         max_model_len=max_model_len,
         is_encoder_decoder=False,
     )
-    cache = CacheConfig(block_size=BLOCK_SIZE, enable_prefix_caching=True)
+    cache = CacheConfig(block_size=block_size, enable_prefix_caching=True)
     config = VllmConfig(
         model_config=model,
         cache_config=cache,
@@ -52,28 +50,32 @@ def _scheduler(model_dir: str, max_model_len: int, run: dict):
     )
     config.cache_config.num_gpu_blocks = run["num_blocks"]
     spec = FullAttentionSpec(
-        block_size=BLOCK_SIZE, num_kv_heads=8, head_size=128, dtype=torch.bfloat16
+        block_size=block_size, num_kv_heads=8, head_size=128, dtype=torch.bfloat16
     )
     kv = KVCacheConfig(
         num_blocks=run["num_blocks"],
         kv_cache_tensors=[],
         kv_cache_groups=[KVCacheGroupSpec(["model.layers.0.self_attn.attn"], spec)],
     )
-    return Scheduler(config, kv, StructuredOutputManager(config), block_size=BLOCK_SIZE)
+    return Scheduler(config, kv, StructuredOutputManager(config), block_size=block_size)
 
 
-def record_run(model_dir: str, max_model_len: int, requests: list[dict], run: dict) -> dict:
-    """One run through a fresh vLLM scheduler; see the module docstring for the output."""
+def record_run(
+    model_dir: str, max_model_len: int, block_size: int, requests: list[dict], run: dict
+) -> dict:
+    """One run through a fresh vLLM scheduler; see the module docstring for the output.
+    `block_size` is the sim's (`resources.sim.block_cache.BLOCK_SIZE`, sent in the spec: this
+    module imports nothing of ours)."""
     from vllm import SamplingParams
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
 
-    scheduler = _scheduler(model_dir, max_model_len, run)
+    scheduler = _scheduler(model_dir, max_model_len, block_size, run)
     hash_fn = get_hash_fn_by_name(scheduler.cache_config.prefix_caching_hash_algo)
     init_none_hash(hash_fn)
-    hasher = get_request_block_hasher(BLOCK_SIZE, hash_fn)
+    hasher = get_request_block_hasher(block_size, hash_fn)
     order = run["order"]
     outputs: dict[str, list[int]] = {}
     reqs: dict[str, Request] = {}
@@ -118,7 +120,9 @@ def record(spec: dict) -> dict:
     import vllm
 
     runs = [
-        record_run(spec["model_dir"], spec["max_model_len"], spec["requests"], run)
+        record_run(
+            spec["model_dir"], spec["max_model_len"], spec["block_size"], spec["requests"], run
+        )
         for run in spec["runs"]
     ]
     return {"vllm_version": vllm.__version__, "runs": runs}

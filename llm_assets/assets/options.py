@@ -4,8 +4,10 @@ A query declares its options (component YAML `options:`, factory keywords); a ru
 override any of them for every query it runs, in run config:
 `resources: {options: {config: {method: original, dedup: false}}}` (the benchmark ladder does).
 Unset fields (None) keep the declared value. Values are checked against the same
-`QueryOptions` model when a step starts, so a bad one fails the first step naming the field
-and the accepted values.
+`QueryOptions` model (its `Literal`s and bounds) when the resource is built, in code or when
+the run starts, so a bad one fails before any query runs with one line naming the field and
+the accepted values (Dagster run config has no optional enum, so the choices are checked here,
+not in the run config schema).
 
 Prefix caching is a property of the engine: `resources: {llm_engine: {config:
 {enable_prefix_caching: false}}}` (the "No Cache" rung).
@@ -13,10 +15,13 @@ Prefix caching is a property of the engine: `resources: {llm_engine: {config:
 
 from __future__ import annotations
 
+from typing import Any
+
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from llm_assets.pipeline.options import QueryOptions
+from resources.engine_config import config_error
 
 
 class QueryOptionsResource(dg.ConfigurableResource):
@@ -43,9 +48,19 @@ class QueryOptionsResource(dg.ConfigurableResource):
         default_factory=dict, description="Extra MLflow tags for every llm_outputs run."
     )
 
-    def apply(self, declared: QueryOptions) -> QueryOptions:
-        """The declared options with this run's overrides."""
-        overrides = self.model_dump(
+    def __init__(self, **data: Any) -> None:
+        super().__init__(**data)
+        try:
+            QueryOptions().merged(self.overrides())
+        except ValidationError as e:
+            raise ValueError(config_error(type(self).__name__, e)) from None
+
+    def overrides(self) -> dict[str, Any]:
+        """The `QueryOptions` fields this run sets (None: keep the declared value)."""
+        return self.model_dump(
             include=set(QueryOptions.model_fields) & set(type(self).model_fields)
         )
-        return declared.merged(overrides)
+
+    def apply(self, declared: QueryOptions) -> QueryOptions:
+        """The declared options with this run's overrides."""
+        return declared.merged(self.overrides())

@@ -11,21 +11,20 @@ sim engine: what the GPU would take; measured on the others) and decides the sel
 from __future__ import annotations
 
 from llm_assets.optimizer.cost import PRICING, cost_usd, token_cost_usd
-from resources.engine import RunStats
+from resources.engine import LLMEngine, RunStats
 
 
-def engine_costs(engine_resource, engine, stats: RunStats) -> dict[str, float]:
-    """`cost_usd_<pricing>` per hosted pricing, plus self-hosted GPU rental for the sim."""
-    gpu = getattr(engine_resource, "gpu", None)
-    deployment = getattr(engine, "deployment", None)
-    if gpu is not None and deployment is not None:
+def engine_costs(engine: LLMEngine, stats: RunStats) -> dict[str, float]:
+    """`cost_usd_<pricing>` per hosted pricing, plus GPU rental when the engine rents GPUs."""
+    rental = engine.gpu_rental
+    if rental is not None:
         return cost_usd(
             stats.prompt_tokens,
             stats.cached_tokens,
             stats.output_tokens,
             stats.engine_time_s,
-            gpu=gpu,
-            n_gpus=deployment.num_gpus,
+            gpu=rental.gpu,
+            n_gpus=rental.num_gpus,
         )
     return {
         f"cost_usd_{name}": token_cost_usd(
@@ -49,7 +48,8 @@ def log_llm_run(context, qdef, options, engine_resource, stats: RunStats, extra,
     tracker = context.resources.tracker
     engine = engine_resource.engine
     data = run_options.data_label or data
-    costs = engine_costs(engine_resource, engine, stats)
+    costs = engine_costs(engine, stats)
+    prefix_cache = engine.enable_prefix_caching
     unknown = stats.cached_tokens_unknown > 0
     if unknown:  # no cached count: full-price hosted costs are only an upper bound
         costs = {f"{k}_upper_bound": v for k, v in costs.items()}
@@ -72,7 +72,7 @@ def log_llm_run(context, qdef, options, engine_resource, stats: RunStats, extra,
         "method": options.method,
         "dedup": options.dedup,
         "pushdown": options.pushdown,
-        "prefix_cache": getattr(engine, "enable_prefix_caching", "n/a"),
+        "prefix_cache": "n/a" if prefix_cache is None else prefix_cache,
         "engine": stats.engine,
         "model": stats.model,
         "hardware": stats.hardware,

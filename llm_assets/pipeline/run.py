@@ -26,18 +26,11 @@ Progress = Callable[[int, int], None]
 def context_limit(engine: LLMEngine, options: QueryOptions, max_tokens: int):
     """(prompt token limit or None, token counter): the engine's context window minus the
     output budget `max_tokens`, unless `options.max_prompt_tokens` says otherwise."""
-    count_tokens = getattr(engine, "count_tokens", None)
-    if count_tokens is None:
-        from resources.sim.tokenizer import ApproxTokenizer
-
-        count_tokens = ApproxTokenizer().count
     limit = options.max_prompt_tokens
     if limit is None:
-        deployment = getattr(engine, "deployment", None)
-        window = deployment.model.max_model_len if deployment else None
-        window = window or getattr(engine, "max_model_len", None)
+        window = engine.max_model_len
         limit = window - max_tokens if window else None
-    return limit, count_tokens
+    return limit, engine.count_tokens
 
 
 def call_max_tokens(call: LLMCall, options: QueryOptions) -> int:

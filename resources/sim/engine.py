@@ -3,15 +3,10 @@
 Public API (what the asset layer and the OpenAI-compatible server in `resources/sim/server.py`
 use):
 
-- ``SimulatedEngine(gpu="L4", model="llama-2-7b", policy="vllm-v1", enable_prefix_caching=True,
-  max_num_seqs=None, max_num_batched_tokens=None, tokenizer=None, gpu_memory_utilization=0.9,
-  tensor_parallel_size=None, efficiency=DEFAULT_EFFICIENCY, coefficients=None,
-  num_gpu_blocks_override=None, preemption_order="recent", usage="offline", timing=None)``;
-  `coefficients` replaces the profile-derived cost model (e.g. a `fit` of measurements),
-  `num_gpu_blocks_override` the derived KV capacity (as vLLM's flag; block 0 is vLLM's null
-  block), `timing` names a timing profile (`cost_model.TIMING_PROFILES`: "vllm-2024", the
-  papers' vLLM and the default, or "vllm-2026", today's) instead of `efficiency`, `usage`
-  ("offline" or "serve") picks vLLM's default batch budgets for the `LLM` class or `vllm serve`.
+- ``SimulatedEngine(gpu="L4", model="llama-2-7b", policy="vllm-v1", **fields)`` or
+  ``SimulatedEngine(config=SimulatedEngineConfig(...))``: every parameter is a field of
+  `resources.sim.config.SimulatedEngineConfig` (declared and documented there once);
+  `coefficients` replaces the profile-derived cost model (e.g. a `fit` of measurements).
 - ``run(relquery_id, requests, progress=None) -> RunResult``: simulate one batch (all requests
   arrive at t=0, admitted in submission order); one `Response` per request, in order.
 - ``generate(requests, progress=None) -> list[Response]``: the same, responses only (for the
@@ -23,9 +18,9 @@ use):
   core, tail, latency: relserve.txt Eq. 2), the makespan and the scheduling overhead (wall
   seconds inside the policy). `Response.ttft_s`/`finish_s` are then seconds from t=0.
 - ``count_tokens(text) -> int``, ``reset_cache()``, ``cache_stats() -> dict``, and the
-  read-only attributes ``name`` ("sim"), ``model``, ``hardware``, ``deployment``,
+  read-only attributes ``config``, ``name`` ("sim"), ``model``, ``hardware``, ``deployment``,
   ``coefficients``, ``num_kv_blocks``, ``policy_name``, ``last_run_info`` (iterations,
-  preemptions).
+  preemptions) and the rest of the `LLMEngine` contract.
 
 Semantics: an iteration-level loop (Algorithm 1 of InferMax). Each iteration the policy forms a
 batch (`resources.sim.policies`), the cost model prices it (`resources.sim.cost_model`), the clock
@@ -52,18 +47,19 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from operator import attrgetter
+from typing import Any
 
-from resources.engine import LLMEngine, Request, Response, RunResult, RunStats
+from resources.engine import GpuRental, LLMEngine, Request, Response, RunResult, RunStats
 from resources.sim.answers import output_token_count, output_token_ids, placeholder_answer
 from resources.sim.block_cache import BLOCK_SIZE, BlockPool, block_hashes
+from resources.sim.config import SimulatedEngineConfig
 from resources.sim.cost_model import (
-    DEFAULT_EFFICIENCY,
     CostCoefficients,
     Efficiency,
     coefficients_from_profile,
     get_timing_profile,
 )
-from resources.sim.policies import PREEMPTION_ORDERS, ScheduleContext, SimSeq, get_policy
+from resources.sim.policies import Policy, ScheduleContext, SimSeq, get_policy
 from resources.sim.profiles import Deployment, resolve_deployment, vllm_default_budgets
 from resources.sim.relquery import (
     RelQuery,
@@ -87,64 +83,48 @@ class SimulatedEngine(LLMEngine):
 
     def __init__(
         self,
-        gpu: str = "L4",
-        model: str = "llama-2-7b",
-        policy: str = "vllm-v1",
-        enable_prefix_caching: bool = True,
-        max_num_seqs: int | None = None,
-        max_num_batched_tokens: int | None = None,
-        tokenizer: Tokenizer | str | None = None,
-        gpu_memory_utilization: float = 0.9,
-        tensor_parallel_size: int | None = None,
-        efficiency: Efficiency = DEFAULT_EFFICIENCY,
+        *args: Any,
+        config: SimulatedEngineConfig | None = None,
         coefficients: CostCoefficients | None = None,
-        num_gpu_blocks_override: int | None = None,
-        preemption_order: str = "recent",
-        usage: str = "offline",
-        timing: str | None = None,
+        efficiency: Efficiency | None = None,
+        **fields: Any,
     ) -> None:
-        if preemption_order not in PREEMPTION_ORDERS:
-            raise ValueError(
-                f"unknown preemption_order {preemption_order!r}; expected one of "
-                f"{list(PREEMPTION_ORDERS)}"
-            )
-        self.preemption_order = preemption_order
+        """`SimulatedEngine(gpu, model, policy, **fields)` or `SimulatedEngine(config=...)`;
+        the fields are `SimulatedEngineConfig`'s. Objects that are not config: `coefficients`
+        (replace the profile-derived cost model), `efficiency` (replaces the timing profile's),
+        and `policy` / `tokenizer` may be a `Policy` / `Tokenizer` object instead of a name."""
+        values = SimulatedEngineConfig.named(args, fields)
+        policy = values.pop("policy") if not isinstance(values.get("policy", ""), str) else None
+        tok = values.get("tokenizer")
+        tokenizer = values.pop("tokenizer") if not isinstance(tok, str | None) else None
+        cfg = SimulatedEngineConfig.resolve(config, (), values)
+        self.config: SimulatedEngineConfig = cfg
         self.deployment: Deployment = resolve_deployment(
-            gpu, model, tensor_parallel_size, gpu_memory_utilization
+            cfg.gpu, cfg.model, cfg.tensor_parallel_size, cfg.gpu_memory_utilization
         )
-        self._policy = get_policy(policy)
+        self._policy: Policy = get_policy(policy or cfg.policy)
         self.policy_name: str = self._policy.name
-        chunked = getattr(self._policy, "enable_chunked_prefill", True)
-        default_seqs, default_tokens = vllm_default_budgets(self.deployment.hardware, usage)
-        max_num_seqs = default_seqs if max_num_seqs is None else max_num_seqs
-        if max_num_seqs < 1:
-            raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
+        chunked = self._policy.enable_chunked_prefill
+        default_seqs, default_tokens = vllm_default_budgets(self.deployment.hardware, cfg.usage)
+        max_num_batched_tokens = cfg.max_num_batched_tokens
         if max_num_batched_tokens is None:
-            if getattr(self._policy, "token_budget", None):
-                max_num_batched_tokens = int(self._policy.token_budget)
+            if self._policy.token_budget is not None:
+                max_num_batched_tokens = self._policy.token_budget
             elif not chunked:
                 max_num_batched_tokens = max(self.deployment.model.max_model_len, 2048)
             else:
                 max_num_batched_tokens = default_tokens
-        if max_num_batched_tokens < 1:
-            raise ValueError(f"max_num_batched_tokens must be >= 1, got {max_num_batched_tokens}")
-        self.max_num_seqs = max_num_seqs
+        self.max_num_seqs = default_seqs if cfg.max_num_seqs is None else cfg.max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.enable_chunked_prefill = chunked
-        self.enable_prefix_caching = enable_prefix_caching
-        if timing is not None:
-            efficiency = get_timing_profile(timing)
-        self.timing = timing
         self.coefficients: CostCoefficients = coefficients or coefficients_from_profile(
-            self.deployment, efficiency
+            self.deployment, efficiency or get_timing_profile(cfg.timing)
         )
         if tokenizer is None:
-            tokenizer = ApproxTokenizer()
-        elif isinstance(tokenizer, str):
-            tokenizer = load_tokenizer(tokenizer)
+            tokenizer = load_tokenizer(cfg.tokenizer) if cfg.tokenizer else ApproxTokenizer()
         self.tokenizer: Tokenizer = tokenizer
-        self.num_kv_blocks = num_gpu_blocks_override or self.deployment.num_kv_blocks
-        self._pool = BlockPool(self.num_kv_blocks, enable_prefix_caching)
+        self.num_kv_blocks = cfg.num_gpu_blocks_override or self.deployment.num_kv_blocks
+        self._pool = BlockPool(self.num_kv_blocks, cfg.enable_prefix_caching)
         self._watermark = int(_V0_WATERMARK * self.num_kv_blocks) if not chunked else 0
         self._lock = threading.Lock()
         self.last_run_info: dict[str, int] = {}
@@ -158,6 +138,26 @@ class SimulatedEngine(LLMEngine):
     @property
     def hardware(self) -> str:
         return self.deployment.describe()
+
+    @property
+    def max_model_len(self) -> int:
+        return self.deployment.model.max_model_len
+
+    @property
+    def enable_prefix_caching(self) -> bool:
+        return self.config.enable_prefix_caching
+
+    @property
+    def preemption_order(self) -> str:
+        return self.config.preemption_order
+
+    @property
+    def timing(self) -> str:
+        return self.config.timing
+
+    @property
+    def gpu_rental(self) -> GpuRental:
+        return GpuRental(self.deployment.hardware.name, self.deployment.num_gpus)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text))
@@ -192,18 +192,13 @@ class SimulatedEngine(LLMEngine):
         tagged = [(relquery_id, req, 0.0) for req in requests]
         with self._lock:
             responses, _, makespan, _ = self._simulate(tagged, {relquery_id: len(tagged)}, progress)
-        ok = [r for r in responses if r.error is None]
-        stats = RunStats(
+        stats = RunStats.from_responses(
+            responses,
             engine=self.name,
             model=self.model,
             hardware=self.hardware,
-            n_requests=len(responses),
-            prompt_tokens=sum(r.prompt_tokens for r in ok),
-            cached_tokens=sum(r.cached_tokens for r in ok),
-            output_tokens=sum(r.output_tokens for r in ok),
             engine_time_s=makespan,
             wall_time_s=time.perf_counter() - wall0,
-            errors=len(responses) - len(ok),
         )
         return RunResult(responses=responses, stats=stats)
 
@@ -245,8 +240,7 @@ class SimulatedEngine(LLMEngine):
         sizes = {rq.relquery_id: len(rq.requests) for rq in relqueries}
         with self._lock:
             responses, seqs, makespan, scheduler_s = self._simulate(tagged, sizes, progress)
-            overhead = getattr(self._policy, "overhead", None)
-            policy_overhead = dict(overhead()) if overhead is not None else {}
+            policy_overhead = dict(self._policy.overhead())
         out: list[RelQueryResult] = []
         pos = 0
         for rq in relqueries:
@@ -314,15 +308,14 @@ class SimulatedEngine(LLMEngine):
 
         live = [s for s in seqs if s is not None]
         live.sort(key=attrgetter("arrival_s"))  # stable: submission order within an arrival
-        factory = getattr(self._policy, "new_waiting_queue", None)
-        waiting = factory() if factory is not None else deque()
+        waiting = self._policy.new_waiting_queue()
         running: list[SimSeq] = []
         ctx = ScheduleContext(
             pool=self._pool,
             max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,
             watermark_blocks=self._watermark,
-            enable_register_on_allocate=getattr(self._policy, "register_at_schedule", True),
+            enable_register_on_allocate=self._policy.register_at_schedule,
             coefficients=self.coefficients,
             relquery_sizes=relquery_sizes,
             preemption_order=self.preemption_order,

@@ -1,7 +1,7 @@
 """RelServe's Priority Estimation Model (relserve.txt §4.2): batch-time predictors, batch
 decomposition (Algorithm 1), PEM (Eq. 10), the sampled cache-miss ratio (Eq. 11), and the static
 priority of vLLM-SP (Eq. 6-7). Pure functions of numbers: shared by the simulated engine's
-policies and by `resources.scheduling` (the vLLM path).
+policies and by `benchmarks.lib.relquery_waves` (the vLLM path).
 
 Eq. 9, the linear batch-time predictors:
     L_prefill(p) = alpha_p * utok(p) + beta_p      (utok: uncached input tokens of the batch)

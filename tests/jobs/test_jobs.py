@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dagster as dg
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -97,6 +98,17 @@ def test_ladder_switches_change_cost_not_rows(make_defs):
     b_rows = best.output_for_node("q2__answer")
     w_rows = worst.output_for_node("q2__answer")
     assert sorted(b_rows["movie_title"]) == sorted(w_rows["movie_title"])
+
+
+def test_a_bad_option_or_engine_choice_in_run_config_fails_before_any_llm_call(make_defs):
+    defs = make_defs()
+    result = run_job(defs, "q1_job", size=20, resources={"options": {"config": {"method": "fast"}}})
+    assert not result.success and not materialized(result, "llm_outputs")
+    text = " ".join(str(e.event_specific_data) for e in result.all_events)
+    line = "QueryOptionsResource.method='fast': Input should be 'original', 'column_stats' or 'ggr'"
+    assert line in text
+    with pytest.raises(dg.DagsterInvalidConfigError, match="gpu.*'A100-40GB'"):
+        run_job(defs, "q1_job", size=20, resources={"llm_engine": {"config": {"gpu": "V100"}}})
 
 
 def test_unreachable_mlflow_warns_and_the_pipeline_succeeds(make_defs, caplog):

@@ -92,9 +92,57 @@ def test_vllm_resource_builds_lazily_and_fails_clearly_without_vllm() -> None:
 
 
 def test_vllm_resource_config_errors_list_valid_values() -> None:
-    resource = VLLMEngineResource(model="m", scheduling_policy="random")
-    with pytest.raises(ValueError, match=r"'random'.*'fcfs', 'priority'"):
-        resource.run("q", [])
+    with pytest.raises(ValueError, match=r"^VLLMEngineResource.scheduling_policy='random': .*"
+                       r"'fcfs' or 'priority'$"):  # fmt: skip
+        VLLMEngineResource(model="m", scheduling_policy="random")
+
+
+@pytest.mark.parametrize(
+    ("resource", "field", "value"),
+    [
+        (SimulatedEngineResource, "gpu_memory_utilization", 1.5),
+        (SimulatedEngineResource, "max_num_seqs", 0),
+        (SimulatedEngineResource, "tensor_parallel_size", 16),
+        (VLLMEngineResource, "tensor_parallel_size", 0),
+        (OpenAIEngineResource, "max_concurrency", 0),
+        (OpenAIEngineResource, "timeout_s", -1.0),
+    ],
+)
+def test_an_out_of_range_field_fails_with_one_line_naming_it(resource, field, value) -> None:
+    extra = {"model": "m"} if resource is VLLMEngineResource else {}
+    with pytest.raises(ValueError) as info:
+        resource(**extra, **{field: value})
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{resource.__name__}.{field}={value!r}: ")
+
+
+def test_run_config_overrides_reach_the_engine() -> None:
+    config = {"llm": {"config": {"gpu": "H200", "policy": "sarathi", "max_num_seqs": 7,
+                                 "preemption_order": "keep-long"}}}  # fmt: skip
+    result = dg.materialize(
+        [llm_outputs], resources={"llm": SimulatedEngineResource()},
+        run_config={"resources": config},
+    )  # fmt: skip
+    assert result.success
+    (engine,) = ENGINES_SEEN
+    assert (engine.hardware, engine.policy_name, engine.max_num_seqs) == ("H200", "sarathi", 7)
+    assert engine.preemption_order == "keep-long" and engine.max_num_batched_tokens == 512
+
+
+def test_a_bad_choice_in_run_config_fails_at_launch_listing_the_valid_ones() -> None:
+    config = {"resources": {"llm": {"config": {"policy": "round-robin"}}}}
+    with pytest.raises(dg.DagsterInvalidConfigError) as info:
+        dg.materialize([llm_outputs], resources={"llm": SimulatedEngineResource()},
+                       run_config=config)  # fmt: skip
+    assert "round-robin" in str(info.value) and "'relserve-v1'" in str(info.value)
+    assert not ENGINES_SEEN  # refused before any step ran
+
+
+def test_field_docstrings_are_the_run_config_descriptions() -> None:
+    fields = SimulatedEngineResource.to_config_schema().as_field().config_type.fields
+    assert fields["enable_prefix_caching"].description.startswith("Reuse KV blocks")
+    assert all(f.description for f in fields.values())
 
 
 def test_openai_resource_reads_the_key_from_the_environment_and_never_shows_it(

@@ -49,12 +49,14 @@ def test_one_option_in_run_config_with_url_and_model_from_the_environment(monkey
     assert all(s[3]["model"] == "tiny" and s[3]["max_tokens"] == 9 for s in posts)
     assert all("authorization" not in s[2] for s in posts)  # a keyless server needs no key
     settings = OpenAIEngineResource(base_url="http://h/v1", model="m").settings()
-    assert settings["timeout_s"] == 7.5
+    assert settings.timeout_s == 7.5
 
 
 def test_a_bad_environment_value_is_named(monkeypatch) -> None:
     monkeypatch.setenv("LLM_ASSETS_OPENAI_MAX_CONCURRENCY", "lots")
-    with pytest.raises(ValueError, match="LLM_ASSETS_OPENAI_MAX_CONCURRENCY='lots' is not an int"):
+    with pytest.raises(
+        ValueError, match="^LLM_ASSETS_OPENAI_MAX_CONCURRENCY='lots': Input should be a valid int"
+    ):
         OpenAIEngineResource(base_url="http://h/v1", model="m").settings()
     with pytest.raises(ValueError, match="needs base_url.*LLM_ASSETS_OPENAI_BASE_URL"):
         OpenAIEngineResource(model="m").settings()

@@ -18,6 +18,7 @@ class Echo(LLMEngine):
 
     name = "echo"
     model = "echo-1"
+    hardware = "cpu"
 
     def __init__(self, crash_on_call: int | None = None) -> None:
         self.calls: list[list[str]] = []

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from llm_assets.output_spec import OutputSpec
-from resources.engine import LLMEngine, Request, RunResult
+from resources.engine import EngineWrapper, LLMEngine, Request, RunResult
 from resources.openai_engine import OpenAIEngine
 from resources.sim.engine import SimulatedEngine
 from resources.sim.server import FaultConfig, FaultInjector, ServerConfig, SimServer
@@ -26,13 +26,11 @@ def sim_engine() -> LLMEngine:
     return SimulatedEngine(gpu="L4", model=MODEL)
 
 
-class Tap(LLMEngine):
+class Tap(EngineWrapper):
     """Counts the requests that reach the engine."""
 
-    name = "sim"
-
     def __init__(self, inner: LLMEngine) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.seen: list[str] = []
 
     def run(self, relquery_id: str, requests: Sequence[Request]) -> RunResult:
@@ -232,8 +230,10 @@ def test_deadline_stops_retries_whose_backoff_would_overrun_it() -> None:
     assert time.monotonic() - started < 1.5
     assert response.error and response.error.startswith("failed after ")
     assert "within the request deadline of 1s: HTTP 500" in response.error
-    with pytest.raises(ValueError, match="request_deadline_s must be > 0 and finite, got 0"):
+    with pytest.raises(ValueError, match="request_deadline_s=0: Input should be greater than 0"):
         OpenAIEngine("http://h/v1", "m", request_deadline_s=0)
+    with pytest.raises(ValueError, match="request_deadline_s=inf: Input should be a finite"):
+        OpenAIEngine("http://h/v1", "m", request_deadline_s=float("inf"))
 
 
 # -- the command line ---------------------------------------------------------------------------

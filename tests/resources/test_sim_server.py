@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from llm_assets.output_spec import OutputSpec
-from resources.engine import LLMEngine, Request, Response, RunResult, RunStats
+from resources.engine import EngineWrapper, LLMEngine, Request, Response, RunResult, RunStats
 from resources.openai_engine import OpenAIEngine
 from resources.sim.engine import SimulatedEngine
 from resources.sim.server import (
@@ -185,6 +185,8 @@ def test_server_config_validates() -> None:
 
 class RecordingEngine(LLMEngine):
     """A minimal engine that records each `run` batch and fails if runs overlap."""
+
+    name, model, hardware = "recording", "m", "cpu"
 
     def __init__(self, delay_s: float = 0.01, fail_on: str | None = None) -> None:
         self.batches: list[tuple[str, list[str]]] = []
@@ -448,11 +450,11 @@ def test_one_multi_prompt_call_equals_one_in_process_run() -> None:
     assert cached == sum(r.cached_tokens for r in expected)
 
 
-class Tap(LLMEngine):
+class Tap(EngineWrapper):
     """Passes every batch to `inner` and keeps a copy of its requests (what the engine saw)."""
 
     def __init__(self, inner: LLMEngine) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.batches: list[list[Request]] = []
 
     def run(self, relquery_id: str, requests: Sequence[Request]) -> RunResult:

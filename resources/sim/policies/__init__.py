@@ -17,7 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from resources.sim.policies.base import PREEMPTION_ORDERS, Batch, Policy, ScheduleContext, SimSeq
+from resources.sim.policies.base import (
+    PREEMPTION_ORDERS,
+    Batch,
+    Policy,
+    ScheduleContext,
+    SimSeq,
+    WaitingQueue,
+)
 from resources.sim.policies.fcfs import FCFSPolicy
 from resources.sim.policies.relserve import RelServeConfig, RelServePolicy
 from resources.sim.policies.relserve_v1 import RelServeV1Policy
@@ -42,8 +49,8 @@ __all__ = [
     "StaticPriorityPolicy",
     "VLLMv0Policy",
     "VLLMv1Policy",
+    "WaitingQueue",
     "get_policy",
-    "register_policy",
 ]
 
 POLICIES: dict[str, Callable[[], Policy]] = {
@@ -55,14 +62,8 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "relserve": RelServePolicy,
     "relserve-v1": RelServeV1Policy,
 }
-"""Policy factories by name."""
-
-
-def register_policy(name: str, factory: Callable[[], Policy]) -> None:
-    """Add a policy under `name` (ValueError if the name is taken)."""
-    if name in POLICIES:
-        raise ValueError(f"policy {name!r} is already registered")
-    POLICIES[name] = factory
+"""Policy factories by name (closed: `resources.sim.config.PolicyName` lists the same names; a
+policy of one's own is passed to the engine as an object)."""
 
 
 def get_policy(name: str | Policy) -> Policy:

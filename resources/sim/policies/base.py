@@ -1,4 +1,5 @@
-"""The scheduler seam: per-request state, the context a policy schedules in, the Policy protocol.
+"""The scheduler seam: per-request state, the context a policy schedules in, the `Policy` and
+`WaitingQueue` abstract bases.
 
 Each iteration the engine calls ``policy.schedule(waiting, running, ctx)``. A policy picks
 the batch: it may admit requests from the head of `waiting` into `running` (after a successful
@@ -13,14 +14,12 @@ sequence in `waiting` holds none (`num_computed == 0`); a batch never exceeds
 `ctx.max_num_batched_tokens` tokens or `ctx.max_num_seqs` running sequences, and schedules
 each sequence at most once.
 
-Optional hooks (looked up with `getattr`, so the two vLLM policies need none):
-
-- ``policy.new_waiting_queue()``: a fresh waiting-queue object for one run, used instead of a
-  `deque`. It must offer the deque operations the engine and the policy use (`append`,
-  `extend`, `appendleft`, `popleft`, `[0]`, `len`, `bool`, iteration). Priority policies
-  return a queue ordered by relQuery priority (`resources.sim.policies.priority`).
-- ``policy.overhead()``: a dict of wall seconds the policy spent in named parts of its
-  scheduling during the latest run (e.g. RelServe's updater and arranger).
+What a policy declares besides `schedule` (attributes and hooks of `Policy`, each with the
+default that fits vLLM v1, so a policy states only where it differs): `enable_chunked_prefill`,
+`register_at_schedule`, `token_budget`, `new_waiting_queue()` (a `deque` by default; priority
+policies return a queue ordered by relQuery priority, `resources.sim.policies.priority`) and
+`overhead()` (wall seconds spent in named parts of its scheduling in the latest run, e.g.
+RelServe's updater and arranger). The engine reads them directly: no `getattr`.
 
 Arrival-aware runs (`SimulatedEngine.run_workload`): the engine appends each request to
 `waiting` once the simulated clock reaches its `arrival_s`, sets `ctx.now` before every call,
@@ -30,14 +29,15 @@ first, stable) before every call so that `running.pop()` evicts the shortest (In
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from resources.sim.block_cache import BLOCK_SIZE, BlockPool
 from resources.sim.cost_model import CostCoefficients
 
-__all__ = ["PREEMPTION_ORDERS", "Batch", "Policy", "ScheduleContext", "SimSeq"]
+__all__ = ["PREEMPTION_ORDERS", "Batch", "Policy", "ScheduleContext", "SimSeq", "WaitingQueue"]
 
 PREEMPTION_ORDERS: tuple[str, ...] = ("recent", "keep-long")
 """Which running request a policy evicts when KV blocks run out: "recent" (vLLM: the most
@@ -225,11 +225,68 @@ class ScheduleContext:
         self.num_preemptions += 1
 
 
-class Policy(Protocol):
-    """Forms one iteration's batch from the queues (see the module docstring)."""
+class WaitingQueue(ABC):
+    """The waiting queue: the deque operations the engine and the policies use. `deque` is
+    registered as one (the default queue); priority policies subclass it (`RelQueryQueue`)."""
 
-    name: str
+    @abstractmethod
+    def append(self, seq: SimSeq) -> None:
+        """An arrival (or a request put back): joins the back."""
 
-    def schedule(
-        self, waiting: deque[SimSeq], running: list[SimSeq], ctx: ScheduleContext
-    ) -> Batch: ...
+    @abstractmethod
+    def extend(self, seqs: Iterable[SimSeq]) -> None:
+        """`append` each of `seqs` in order."""
+
+    @abstractmethod
+    def appendleft(self, seq: SimSeq) -> None:
+        """A preempted request: goes back to the front."""
+
+    @abstractmethod
+    def popleft(self) -> SimSeq:
+        """Remove and return the head (the next request to admit)."""
+
+    @abstractmethod
+    def __getitem__(self, i: int) -> SimSeq:
+        """`[0]` is the head (other indexes need not be supported)."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Requests waiting (`bool(queue)`: any waiting)."""
+
+    @abstractmethod
+    def __iter__(self) -> Iterator[SimSeq]:
+        """The waiting requests, head first."""
+
+
+WaitingQueue.register(deque)
+
+
+class Policy(ABC):
+    """Forms one iteration's batch from the queues (see the module docstring). Subclasses set
+    `name` and implement `schedule`; the rest are declared capabilities with vLLM v1's
+    defaults."""
+
+    name: str = ""
+    """Registry name (`resources.sim.policies.POLICIES`), shown in reports and errors."""
+    enable_chunked_prefill: bool = True
+    """Whether a prompt may be computed over several iterations. False (vLLM v0): a prompt
+    longer than the token budget is rejected, the default budget is max(context, 2048) and
+    admission keeps vLLM v0's 1% watermark of free blocks."""
+    register_at_schedule: bool = True
+    """Key full prompt blocks in the prefix cache when allocated (vLLM v1) rather than after
+    the step (vLLM v0); see `ScheduleContext.enable_register_on_allocate`."""
+    token_budget: int | None = None
+    """The policy's own tokens per iteration (Sarathi-Serve's 512), used when the engine is
+    not given `max_num_batched_tokens`; None: vLLM's default."""
+
+    @abstractmethod
+    def schedule(self, waiting: WaitingQueue, running: list[SimSeq], ctx: ScheduleContext) -> Batch:
+        """The batch of this iteration (see the module docstring for what it may change)."""
+
+    def new_waiting_queue(self) -> WaitingQueue:
+        """A fresh waiting queue for one run (a FIFO `deque` by default)."""
+        return deque()
+
+    def overhead(self) -> dict[str, float]:
+        """Wall seconds spent in named parts of scheduling during the latest run (none)."""
+        return {}

@@ -29,7 +29,7 @@ from itertools import groupby
 from operator import attrgetter, sub
 
 from resources.sim.block_cache import BLOCK_SIZE
-from resources.sim.policies.base import Batch, ScheduleContext, SimSeq
+from resources.sim.policies.base import Batch, ScheduleContext, SimSeq, WaitingQueue
 
 __all__ = [
     "CachedLookup",
@@ -48,7 +48,7 @@ _max_tokens = attrgetter("max_tokens")
 _generated = attrgetter("generated")
 
 
-class RelQueryQueue:
+class RelQueryQueue(WaitingQueue):
     """The waiting queue of a priority policy (see the module docstring).
 
     Invariants: `len` is the number of waiting requests; every group is non-empty; the group

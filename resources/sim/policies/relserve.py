@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from resources.sim.block_cache import BLOCK_SIZE
 from resources.sim.policies.arranger import AdaptiveBatchArranger, ArrangerConfig
-from resources.sim.policies.base import Batch, ScheduleContext, SimSeq
+from resources.sim.policies.base import Batch, Policy, ScheduleContext, SimSeq
 from resources.sim.policies.priority import RelQueryQueue, decode_step, prefill_step, sort_running
 from resources.sim.policies.updater import DynamicPriorityUpdater, UpdaterConfig
 
@@ -50,7 +50,7 @@ class RelServeConfig:
     or sequence slots are short (recompute, as vLLM's priority preemption)."""
 
 
-class RelServePolicy:
+class RelServePolicy(Policy):
     """RelServe (see the module docstring)."""
 
     name = "relserve"

@@ -25,7 +25,7 @@ Invariants: those of `vllm-v1` (budget, slots, blocks); policies change timing, 
 
 from __future__ import annotations
 
-from resources.sim.policies.base import Batch, ScheduleContext, SimSeq
+from resources.sim.policies.base import Batch, Policy, ScheduleContext, SimSeq
 from resources.sim.policies.priority import RelQueryQueue, fits, sort_running
 from resources.sim.policies.updater import DynamicPriorityUpdater, UpdaterConfig
 from resources.sim.policies.vllm_v1 import v1_step
@@ -37,12 +37,10 @@ DEFAULT_TAIL_DEADLINE_S = 40.0
 sweep: the lowest mean whose p99 stays at or below FCFS's at the highest load)."""
 
 
-class RelServeV1Policy:
+class RelServeV1Policy(Policy):
     """RelServe priorities on vLLM v1 (see the module docstring)."""
 
     name = "relserve-v1"
-    register_at_schedule = True
-    enable_chunked_prefill = True
 
     def __init__(self, config: UpdaterConfig | None = None) -> None:
         self.updater = DynamicPriorityUpdater(

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from resources.sim.pem import STATIC_MAPPINGS, FittedPredictors, static_priority
-from resources.sim.policies.base import Batch, ScheduleContext, SimSeq
+from resources.sim.policies.base import Batch, Policy, ScheduleContext, SimSeq
 from resources.sim.policies.priority import (
     RelQueryQueue,
     decode_step,
@@ -44,7 +44,7 @@ class StaticPriorityConfig:
             )
 
 
-class StaticPriorityPolicy:
+class StaticPriorityPolicy(Policy):
     """vLLM-SP (see the module docstring)."""
 
     name = "static-priority"

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections import deque
 
-from resources.sim.policies.base import Batch, ScheduleContext, SimSeq
+from resources.sim.policies.base import Batch, Policy, ScheduleContext, SimSeq
 from resources.sim.policies.priority import decode_step, prefill_step
 
 
-class VLLMv0Policy:
+class VLLMv0Policy(Policy):
     name = "vllm-v0"
     register_at_schedule = False
     enable_chunked_prefill = False

@@ -15,15 +15,13 @@ from __future__ import annotations
 from collections import deque
 
 from resources.sim.block_cache import BLOCK_SIZE
-from resources.sim.policies.base import Batch, ScheduleContext, SimSeq
+from resources.sim.policies.base import Batch, Policy, ScheduleContext, SimSeq
 
 __all__ = ["VLLMv1Policy", "v1_step"]
 
 
-class VLLMv1Policy:
+class VLLMv1Policy(Policy):
     name = "vllm-v1"
-    register_at_schedule = True
-    enable_chunked_prefill = True
 
     def schedule(
         self, waiting: deque[SimSeq], running: list[SimSeq], ctx: ScheduleContext

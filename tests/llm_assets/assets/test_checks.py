@@ -84,6 +84,8 @@ class FailingEngine(LLMEngine):
     """Answers every request with an error (a dead server)."""
 
     name = "failing"
+    model = "m"
+    hardware = "cpu"
 
     def run(self, relquery_id, requests):
         responses = [Response(r.id, "", 0, 0, 0, 0.0, 0.0, error="HTTP 503") for r in requests]

@@ -85,3 +85,19 @@ def test_truncate_policy_fails_a_row_that_cannot_fit_at_all():
     )
     assert plan["error"].notna().all()
     assert plan["error"].str.contains("even with the longest field cut to nothing").all()
+
+
+def test_the_limit_is_the_engines_declared_window_minus_the_output_budget():
+    from llm_assets.pipeline.options import QueryOptions
+    from llm_assets.pipeline.run import context_limit
+    from resources.engine import EngineWrapper
+    from resources.sim.engine import SimulatedEngine
+
+    class Unknown(EngineWrapper):
+        max_model_len = None
+
+    sim = SimulatedEngine(model="opt-13b")  # a 2,048-token window
+    limit, count = context_limit(sim, QueryOptions(), 48)
+    assert limit == 2000 and count("a b c") == sim.count_tokens("a b c")
+    assert context_limit(sim, QueryOptions(max_prompt_tokens=77), 48)[0] == 77
+    assert context_limit(Unknown(sim), QueryOptions(), 48)[0] is None

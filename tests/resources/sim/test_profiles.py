@@ -36,12 +36,12 @@ def test_default_tensor_parallel_for_70b() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "pattern"),
     [
-        ({"gpu": "V100"}, r"unknown gpu 'V100'.*A100-40GB.*H100-80GB.*H200.*L4"),
+        ({"gpu": "V100"}, r"gpu='V100': .*'L4'.*'A100-40GB'.*'H100-80GB'.*'H200'"),
         (
             {"model": "gpt-5"},
-            r"unknown model 'gpt-5'.*llama-2-7b.*llama-3-70b.*llama-3-8b.*opt-13b",
+            r"model='gpt-5': .*'llama-2-7b'.*'llama-3-8b'.*'opt-13b'.*'llama-3-70b'",
         ),
-        ({"policy": "lifo"}, r"unknown policy 'lifo'.*vllm-v0"),
+        ({"policy": "lifo"}, r"policy='lifo': .*'vllm-v0'"),
     ],
 )
 def test_unknown_names_list_valid_ones(kwargs: dict, pattern: str) -> None:

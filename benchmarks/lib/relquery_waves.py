@@ -1,4 +1,12 @@
-"""relQuery priority scheduling for real engines: RelServe's priority estimate as vLLM priorities.
+"""relQuery priority waves for real engines: RelServe's priority estimate as vLLM priorities.
+
+A harness, not part of the product (it lived in `resources/scheduling.py`, reachable only from
+its tests). Why it is not wired into the Dagster lineage: Dagster materializes each query's
+`llm_outputs` step separately, so no step owns the requests of several queries, and waves
+across queries need one coordinator that holds them all (a shared engine-side queue fed by
+every step, or one step over several queries), which the lineage does not have. Inside one
+engine the same priorities are simulated by the `relserve` policies (`resources.sim.policies`);
+this module lets a benchmark drive them on vLLM (`--scheduling-policy priority`).
 
 When one engine serves several relQueries, `RelQueryScheduler` submits their requests in
 *waves*. Before each wave it re-estimates every unfinished relQuery's priority with the same
@@ -31,12 +39,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from resources.engine import LLMEngine, Request, Response, RunResult
+from resources.engine import LLMEngine, Request, Response, RunResult, RunStats
 from resources.sim.block_cache import BLOCK_SIZE
 from resources.sim.cost_model import coefficients_from_profile
 from resources.sim.pem import LinearPredictors, pem
 from resources.sim.profiles import resolve_deployment
-from resources.vllm_engine import stats_from_responses
 
 __all__ = [
     "RelQueryScheduler",
@@ -75,9 +82,14 @@ class SchedulerConfig:
     """vLLM priority units per second of estimated remaining time (1000: milliseconds)."""
 
     def __post_init__(self) -> None:
-        for name in ("max_wave_requests", "max_num_seqs", "max_num_batched_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        counts = {
+            "max_wave_requests": self.max_wave_requests,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+        }
+        for name, value in counts.items():
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
         if self.kv_capacity_tokens < 1:
             raise ValueError(f"kv_capacity_tokens must be >= 1, got {self.kv_capacity_tokens}")
         if not 0.0 <= self.initial_miss_ratio <= 1.0:
@@ -288,14 +300,6 @@ class RelQueryScheduler:
         return list(self._relqueries)
 
 
-def _priorities_reach_engine(engine: LLMEngine) -> bool:
-    policy = getattr(engine, "scheduling_policy", None)
-    if policy is not None:
-        return policy == "priority"
-    send = getattr(engine, "send_priority", None)
-    return bool(send) if send is not None else False
-
-
 def serve_relqueries(
     engine: LLMEngine,
     relqueries: Mapping[str, Sequence[Request]] | Sequence[tuple[str, Sequence[Request]]],
@@ -310,7 +314,7 @@ def serve_relqueries(
     items = list(relqueries.items()) if isinstance(relqueries, Mapping) else list(relqueries)
     if scheduler is None:
         scheduler = RelQueryScheduler.for_deployment("A100-40GB", "opt-13b")
-    if not _priorities_reach_engine(engine):
+    if not engine.honours_priority:
         log.warning(
             "engine %r does not pass request priorities (vLLM needs scheduling_policy='priority'"
             ", the OpenAI engine send_priority=True); waves are still served in priority order",
@@ -320,12 +324,10 @@ def serve_relqueries(
         scheduler.add(rid, requests)
     span: dict[str, list[float]] = {}
     engine_clock = wall_clock = 0.0
-    stats_meta: dict[str, str] = {"engine": engine.name, "model": "", "hardware": ""}
     for wave in scheduler.waves():
         result = engine.run(f"wave-{wave.index}", wave.requests)
         scheduler.complete(wave, result.responses)
         st = result.stats
-        stats_meta.update(engine=st.engine, model=st.model, hardware=st.hardware)
         start = (engine_clock, wall_clock)
         engine_clock += st.engine_time_s
         wall_clock += st.wall_time_s
@@ -338,11 +340,11 @@ def serve_relqueries(
         s = span[rid]
         out[rid] = RunResult(
             responses=responses,
-            stats=stats_from_responses(
+            stats=RunStats.from_responses(
                 responses,
-                engine=stats_meta["engine"],
-                model=stats_meta["model"],
-                hardware=stats_meta["hardware"],
+                engine=engine.name,
+                model=engine.model,
+                hardware=engine.hardware,
                 engine_time_s=s[2] - s[0],
                 wall_time_s=s[3] - s[1],
             ),

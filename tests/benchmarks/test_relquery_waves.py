@@ -1,4 +1,4 @@
-"""`resources.scheduling`: PEM priorities for real engines, and the wave logic (no GPU)."""
+"""`benchmarks.lib.relquery_waves`: PEM priorities for real engines, and the wave logic (no GPU)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,15 @@ from collections.abc import Sequence
 
 import pytest
 
-from resources.engine import LLMEngine, Request, Response, RunResult
-from resources.scheduling import (
+from benchmarks.lib.relquery_waves import (
     RelQueryScheduler,
     SchedulerConfig,
     approx_token_count,
     serve_relqueries,
 )
+from resources.engine import LLMEngine, Request, Response, RunResult, RunStats
 from resources.sim import SimulatedEngine
 from resources.sim.pem import LinearPredictors, pem
-from resources.vllm_engine import stats_from_responses
 
 PRED = LinearPredictors(alpha_p=0.0002, beta_p=0.025, alpha_d=0.0004, beta_d=0.025)
 
@@ -29,7 +28,9 @@ class RecordingEngine(LLMEngine):
     Every request after the first of its relQuery prefix reports 3/4 of its prompt cached."""
 
     name = "recording"
-    scheduling_policy = "priority"
+    model = "m"
+    hardware = "h"
+    honours_priority = True
 
     def __init__(self) -> None:
         self.waves: list[list[Request]] = []
@@ -41,7 +42,7 @@ class RecordingEngine(LLMEngine):
             tokens = approx_token_count(r.prompt)
             cached = 0 if r.id.endswith("/0") else tokens * 3 // 4
             out.append(Response(r.id, "ok", tokens, cached, 1, 0.1, 0.2))
-        stats = stats_from_responses(
+        stats = RunStats.from_responses(
             out, engine=self.name, model="m", hardware="h", engine_time_s=1.0, wall_time_s=0.5
         )
         return RunResult(out, stats)
