@@ -1,5 +1,6 @@
 """Shared test helpers: where ../shared is, and a skip when it is absent."""
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -14,3 +15,13 @@ def shared_file(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"{path} is absent (the shared data folder is not beside the project)")
     return path
+
+
+@pytest.fixture(autouse=True)
+def _children_can_be_terminated():
+    """Dagster's in-process runs map SIGTERM to whatever SIGINT does; from a shell that
+    ignores SIGINT (a background CI job) that leaves SIGTERM ignored here and in every server
+    a later test starts, which then cannot be stopped. Restore the default after each test."""
+    yield
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)

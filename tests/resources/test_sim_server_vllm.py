@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from resources.engine import LLMEngine, Request, RunResult
+from resources.engine import EngineWrapper
 from resources.sim.server import ApiError, ServerConfig, SimApp, SimServer, parse_call
 from resources.sim.server.stops import cut_at_stop
 
@@ -315,17 +315,12 @@ def test_sigterm_shuts_the_server_down_even_when_inherited_ignored(tmp_path: Pat
     assert "sim server stopped (SIGTERM)" in log.read_text()
 
 
-class Wrapped(LLMEngine):
+class Wrapped(EngineWrapper):
     """A simulated engine behind a wrapper: the server cannot preview its answers, so a stop
     string is applied to the full answer and the usage is recounted through the stop."""
 
     def __init__(self) -> None:
-        self.inner = engine()
-        self.count_tokens = self.inner.count_tokens
-        self.deployment = self.inner.deployment
-
-    def run(self, relquery_id: str, requests: Sequence[Request]) -> RunResult:
-        return self.inner.run(relquery_id, requests)
+        super().__init__(engine())
 
 
 def test_stop_on_an_engine_without_preview_recounts_the_usage() -> None:

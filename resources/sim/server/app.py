@@ -115,15 +115,11 @@ class EngineFacts:
 
 
 def engine_facts(engine: LLMEngine) -> EngineFacts:
-    """The one place the server reads its engine's model, window and tokenizer.
+    """The one place the server reads its engine's declared model, window and tokenizer.
 
-    The engine contract is being made explicit (declared `model`, `max_model_len`,
-    `count_tokens`); until then these are read off whatever the engine offers. Engines that
-    offer nothing (test doubles) get no window check and no stop planning.
+    An engine that declares no window (`max_model_len` None, e.g. a test double) gets no
+    window check; only the simulated engine, whose answers are pure, gets stop planning.
     """
-    model = getattr(engine, "model", None)
-    deployment = getattr(engine, "deployment", None)
-    max_len = deployment.model.max_model_len if deployment is not None else None
     from resources.sim.answers import placeholder_answer
     from resources.sim.engine import SimulatedEngine
 
@@ -134,9 +130,9 @@ def engine_facts(engine: LLMEngine) -> EngineFacts:
             return placeholder_answer(request.prompt, request.output, request.max_tokens)
 
     return EngineFacts(
-        model=model if isinstance(model, str) else getattr(model, "name", None),
-        max_model_len=max_len,
-        count_tokens=getattr(engine, "count_tokens", None),
+        model=engine.model,
+        max_model_len=engine.max_model_len,
+        count_tokens=engine.count_tokens,
         preview=preview,
     )
 

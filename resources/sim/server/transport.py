@@ -124,25 +124,12 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s - %s", self.address_string(), format % args)
 
 
-def build_engine(
-    gpu: str = "L4",
-    model: str = "llama-2-7b",
-    policy: str = "vllm-v1",
-    enable_prefix_caching: bool = True,
-    **kwargs: Any,
-) -> LLMEngine:
-    """A `SimulatedEngine` (imported here, so this module loads without the simulator) with
-    `vllm serve`'s default batch budgets unless `usage` or the budgets are given."""
+def build_engine(**fields: Any) -> LLMEngine:
+    """A `SimulatedEngine` from `SimulatedEngineConfig` fields (imported here, so this module
+    loads without the simulator), with `vllm serve`'s batch budgets unless `usage` is given."""
     from resources.sim.engine import SimulatedEngine
 
-    kwargs.setdefault("usage", "serve")
-    return SimulatedEngine(
-        gpu=gpu,
-        model=model,
-        policy=policy,
-        enable_prefix_caching=enable_prefix_caching,
-        **kwargs,
-    )
+    return SimulatedEngine(**{"usage": "serve", **fields})
 
 
 class SimServer:
