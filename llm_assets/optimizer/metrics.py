@@ -90,20 +90,20 @@ _BLOCK_CHARS = 1 << 22
 """Characters compared in one block by `neighbour_lcps` (bounds its memory to ~16 MB)."""
 
 
-def neighbour_lcps(strings: Sequence[str]) -> np.ndarray:
+def neighbour_lcps(strings: Sequence[str], block_chars: int = _BLOCK_CHARS) -> np.ndarray:
     """`common_prefix_len(strings[k], strings[k + 1])` for every k, vectorised: consecutive
     strings go into blocks of fixed-width arrays (numpy pads them with code point 0, which
     only extends a match past the shorter string, so each LCP is capped by the shorter
     length) compared whole, row against next row. O(sum over blocks of rows x the block's
     longest string) comparisons in C; a block holds as many rows as keep that product under
-    `_BLOCK_CHARS` (at least 2, so each pair meets in some block)."""
+    `block_chars` (at least 2, so each pair meets in some block)."""
     n = len(strings)
     lengths = np.fromiter(map(len, strings), dtype=np.int64, count=n)
     lcp = np.minimum(lengths[:-1], lengths[1:]) if n > 1 else np.zeros(0, dtype=np.int64)
     start = 0
     while start < n - 1:
-        widest = np.maximum.accumulate(lengths[start : start + _BLOCK_CHARS])
-        fits = np.arange(1, len(widest) + 1) * np.maximum(widest, 1) <= _BLOCK_CHARS
+        widest = np.maximum.accumulate(lengths[start : start + block_chars])
+        fits = np.arange(1, len(widest) + 1) * np.maximum(widest, 1) <= block_chars
         stop = start + max(2, int(fits.sum()))  # `fits` is a prefix of trues
         block = np.array(strings[start:stop], dtype=str)
         width = block.dtype.itemsize // 4
