@@ -25,6 +25,7 @@ rows (the greedy never does; on random 7 x 4 tables its worst was 0.86 of the op
 Each such search is bounded (at most 2^8 row sets x 2^fields field sets, pruned by
 HITCOUNT bounds); measured on the 28k x 10 skewed table: 4.4k leaves, ~0.2 s CPU, char hit
 rate 62.098% -> 62.114%; they are off under early stopping (`max_depth`, `min_score`).
+
 Invariant: the result is a valid schedule (every row once, each row's fields a permutation).
 
 Leftover fields (those not leading a group, at any level) follow in one fixed order, by
@@ -279,7 +280,8 @@ class _Greedy:
         )
 
     def _small(self, items, cols: list[int], rest: list[int], prefix, depth: int):
-        """items: (row, codes over `rest`); cols: positions in that tuple still free."""
+        """items: (row, codes over `rest`); cols: positions in that tuple still free. The
+        greedy, until at most `EXACT_ROWS` rows are left: those are solved exactly."""
         if len(items) == 2 and self.config.max_depth is None:
             self._pair(items, cols, rest, prefix)
             return
