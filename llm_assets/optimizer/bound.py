@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llm_assets.optimizer.metrics import common_prefix_len
+from llm_assets.optimizer.metrics import neighbour_lcps
 from llm_assets.optimizer.table import EncodedTable
 
 __all__ = ["char_hit_upper_bound", "phc_upper_bound"]
@@ -72,7 +72,7 @@ def char_hit_upper_bound(enc: EncodedTable) -> float:
     if total == 0:
         return 0.0
     # q(t): largest LCP with another text (one of the two sorted neighbours).
-    adjacent = [common_prefix_len(texts[k], texts[k + 1]) for k in range(n_texts - 1)]
+    adjacent = neighbour_lcps(texts)
     q = np.zeros(n_texts, dtype=np.int64)
     if n_texts > 1:
         q[:-1] = adjacent

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llm_assets.optimizer.metrics import common_prefix_len
+from llm_assets.optimizer.metrics import neighbour_lcps
 from llm_assets.optimizer.table import EncodedTable
 
 __all__ = ["detect_fds", "leftover_scores"]
@@ -23,7 +23,7 @@ def leftover_scores(enc: EncodedTable) -> np.ndarray:
             scores[j] = repeats
             continue
         chars = np.fromiter(map(len, uniq[1:]), dtype=np.float64, count=len(uniq) - 1)
-        shared = np.fromiter(map(common_prefix_len, uniq[:-1], uniq[1:]), np.float64)
+        shared = neighbour_lcps(uniq)
         units = np.divide(enc.lengths[j][1:], chars, out=np.zeros_like(chars), where=chars > 0)
         scores[j] = repeats + float((shared * units).sum())
     return scores

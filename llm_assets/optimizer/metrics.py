@@ -26,6 +26,7 @@ from llm_assets.optimizer.table import EncodedTable, TableLike, encode
 __all__ = [
     "char_hit_rate",
     "common_prefix_len",
+    "neighbour_lcps",
     "phc",
     "row_strings",
     "sorted_hits",
@@ -52,17 +53,15 @@ def row_strings(
     """Each scheduled row's cells joined by `sep` in its field order, in schedule order."""
     sched = Schedule.from_pairs(schedule)
     enc = _encoded(table, sched)
-    out = np.empty(len(sched), dtype=object)
-    for oid, pos in enumerate(_field_positions(enc, sched)):
-        at = np.flatnonzero(sched.order_ids == oid)
-        rows = sched.rows[at]
-        text = np.full(len(at), "", dtype=object)
-        for k, j in enumerate(pos.tolist()):
-            if k and sep:
-                text = text + sep
-            text = text + enc.uniques[j][enc.codes[rows, j]]
-        out[at] = text
-    return out.tolist()
+    n, m = len(sched), len(enc.fields)
+    if not m:
+        return [""] * n
+    cells = np.empty((enc.num_rows, m), dtype=object)
+    for j in range(m):
+        cells[:, j] = enc.uniques[j][enc.codes[:, j]]
+    positions = np.stack(_field_positions(enc, sched)) if sched.orders else np.zeros((0, m))
+    picked = cells[sched.rows[:, None], positions[sched.order_ids].astype(np.int64)]
+    return list(map(sep.join, picked.tolist()))
 
 
 def common_prefix_len(a: str, b: str) -> int:
@@ -85,6 +84,36 @@ def common_prefix_len(a: str, b: str) -> int:
         else:
             hi = mid
     return lo
+
+
+_BLOCK_CHARS = 1 << 22
+"""Characters compared in one block by `neighbour_lcps` (bounds its memory to ~16 MB)."""
+
+
+def neighbour_lcps(strings: Sequence[str], block_chars: int = _BLOCK_CHARS) -> np.ndarray:
+    """`common_prefix_len(strings[k], strings[k + 1])` for every k, vectorised: consecutive
+    strings go into blocks of fixed-width arrays (numpy pads them with code point 0, which
+    only extends a match past the shorter string, so each LCP is capped by the shorter
+    length) compared whole, row against next row. O(sum over blocks of rows x the block's
+    longest string) comparisons in C; a block holds as many rows as keep that product under
+    `block_chars` (at least 2, so each pair meets in some block)."""
+    n = len(strings)
+    lengths = np.fromiter(map(len, strings), dtype=np.int64, count=n)
+    lcp = np.minimum(lengths[:-1], lengths[1:]) if n > 1 else np.zeros(0, dtype=np.int64)
+    start = 0
+    while start < n - 1:
+        widest = np.maximum.accumulate(lengths[start : start + block_chars])
+        fits = np.arange(1, len(widest) + 1) * np.maximum(widest, 1) <= block_chars
+        stop = start + max(2, int(fits.sum()))  # `fits` is a prefix of trues
+        block = np.array(strings[start:stop], dtype=str)
+        width = block.dtype.itemsize // 4
+        if width:
+            chars = block.view(np.uint32).reshape(len(block), width)
+            differ = chars[:-1] != chars[1:]
+            first = np.where(differ.any(axis=1), differ.argmax(axis=1), width)
+            lcp[start : stop - 1] = np.minimum(lcp[start : stop - 1], first)
+        start = stop - 1
+    return lcp
 
 
 def trie_hits(strings: Sequence[str]) -> list[int]:
@@ -120,8 +149,7 @@ def trie_hits(strings: Sequence[str]) -> list[int]:
 def sorted_hits(strings: Sequence[str]) -> int:
     """Sum over `strings` of the longest common prefix with any earlier one, in any insertion
     order: the LCPs of neighbours in sorted order (see the module docstring)."""
-    ordered = sorted(strings)
-    return sum(map(common_prefix_len, ordered[:-1], ordered[1:]))
+    return int(neighbour_lcps(sorted(strings)).sum())
 
 
 def char_hit_rate(table: TableLike | EncodedTable, schedule: Pairs | Schedule) -> float:

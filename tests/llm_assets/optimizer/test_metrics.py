@@ -9,6 +9,7 @@ from llm_assets.optimizer import METHODS, reorder
 from llm_assets.optimizer.metrics import (
     char_hit_rate,
     common_prefix_len,
+    neighbour_lcps,
     phc,
     token_hit_rate,
     trie_hits,
@@ -71,6 +72,19 @@ def test_trie_hits_match_brute_force(strings):
         for i, s in enumerate(strings)
     ]
     assert trie_hits(strings) == expected
+
+
+@given(
+    st.lists(st.text(alphabet="ab\x00\udc80\U0001f600", max_size=40), max_size=12),
+    st.sampled_from([2, 7, 1 << 22]),
+)
+@settings(max_examples=150, deadline=None)
+def test_neighbour_lcps_match_pairwise_comparison(strings, block_chars):
+    """Vectorised LCPs (NUL characters, surrogates, astral code points, blocks of a few rows
+    or one) equal the plain pairwise ones, sorted or not."""
+    for texts in (strings, sorted(strings)):
+        expected = [common_prefix_len(a, b) for a, b in itertools.pairwise(texts)]
+        assert neighbour_lcps(texts, block_chars).tolist() == expected
 
 
 def test_hand_computed_values():
