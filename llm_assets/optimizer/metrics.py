@@ -24,6 +24,7 @@ from llm_assets.optimizer.schedule import Pairs, Schedule, validate_schedule
 from llm_assets.optimizer.table import EncodedTable, TableLike, encode
 
 __all__ = [
+    "BLOCK_SIZE",
     "char_hit_rate",
     "common_prefix_len",
     "neighbour_lcps",
@@ -33,6 +34,11 @@ __all__ = [
     "token_hit_rate",
     "validate_schedule",
 ]
+
+
+BLOCK_SIZE = 16
+"""Tokens per KV block: vLLM's default block size on CUDA. The one constant: the simulator's
+block cache (`resources.sim.block_cache`) takes it from here."""
 
 
 def _encoded(table: TableLike | EncodedTable, sched: Schedule) -> EncodedTable:
@@ -160,7 +166,7 @@ def char_hit_rate(table: TableLike | EncodedTable, schedule: Pairs | Schedule) -
 
 
 def token_hit_rate(
-    texts: Sequence[str], tokenize: Callable[[str], Sequence[int]], block_size: int = 16
+    texts: Sequence[str], tokenize: Callable[[str], Sequence[int]], block_size: int = BLOCK_SIZE
 ) -> float:
     """Share of the prompt tokens of `texts` (sent in this order) that an unbounded prefix
     cache of `block_size`-token blocks serves (see the module docstring); 0.0 for none."""

@@ -38,10 +38,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 
-__all__ = ["BLOCK_SIZE", "BlockPool", "block_hashes"]
+from llm_assets.optimizer.metrics import BLOCK_SIZE
 
-BLOCK_SIZE = 16
-"""Tokens per KV block (vLLM's default block size on CUDA)."""
+__all__ = ["BLOCK_SIZE", "BlockPool", "block_hashes"]
 
 
 def block_hashes(token_ids: Sequence[int], block_size: int = BLOCK_SIZE) -> list[int]:
