@@ -57,27 +57,32 @@ def test_the_all_reduce_term_alone() -> None:
     assert slow.a - fast.a == pytest.approx(0.64e-6, rel=1e-9)
 
 
-def test_fit_recovers_coefficients_on_features_of_very_different_scales() -> None:
+TRUTH = (2e-5, 3e-10, 4e-8, 5e-4, 6e-3)
+SHAPES = [
+    BatchShape(prefill=[(4096, 8000)]),
+    BatchShape(prefill=[(512, 0), (256, 100)]),
+    BatchShape(decode=[3000] * 64),
+    BatchShape(decode=[10] * 3),
+    BatchShape(prefill=[(128, 4000)], decode=[500] * 8),
+    BatchShape(prefill=[(2000, 0), (16, 16), (16, 32)], decode=[7]),
+    BatchShape(decode=[100]),
+]
+ROWS = [(s, sum(c * x for c, x in zip(TRUTH, s.features(), strict=True))) for s in SHAPES]
+
+
+@pytest.mark.parametrize("n", [5, len(ROWS)])
+def test_fit_recovers_coefficients_on_features_of_very_different_scales(n) -> None:
     """Attention units reach 1e8 where a batch has a few prefill requests: the fit still
-    recovers each coefficient."""
-    truth = (2e-5, 3e-10, 4e-8, 5e-4, 6e-3)
-    shapes = [
-        BatchShape(prefill=[(4096, 8000)]),
-        BatchShape(prefill=[(512, 0), (256, 100)]),
-        BatchShape(decode=[3000] * 64),
-        BatchShape(decode=[10] * 3),
-        BatchShape(prefill=[(128, 4000)], decode=[500] * 8),
-        BatchShape(prefill=[(2000, 0), (16, 16), (16, 32)], decode=[7]),
-        BatchShape(decode=[100]),
-    ]
-    rows = [(s, sum(c * x for c, x in zip(truth, s.features(), strict=True))) for s in shapes]
-    got = fit(rows)
-    assert (got.a, got.b, got.d, got.e, got.f) == pytest.approx(truth, rel=1e-6)
+    recovers each coefficient, from five rows spanning the five terms too."""
+    got = fit(ROWS[:n])
+    assert (got.a, got.b, got.d, got.e, got.f) == pytest.approx(TRUTH, rel=1e-6)
 
 
 def test_fit_refuses_too_few_rows_naming_the_count() -> None:
     rows = [(BatchShape(decode=[k]), 0.01) for k in range(1, 5)]
-    with pytest.raises(ValueError, match=r"^fit needs >= 5 rows spanning all five terms, got 4 "):
+    with pytest.raises(
+        ValueError, match=r"^fit needs >= 5 rows spanning all five terms, got 4 rows of rank 2;"
+    ):
         fit(rows)
     with pytest.raises(ValueError, match="got 0 rows of rank 0"):
         fit([])

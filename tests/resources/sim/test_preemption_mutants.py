@@ -1,0 +1,74 @@
+"""Who is preempted, and how many: the victim choices of the policies called directly on small
+hand-built queues (every request its own blocks, no prefix sharing), written for the
+survivors of the first mutation run (benchmarks/results/mutation.md)."""
+
+from __future__ import annotations
+
+from resources.sim.block_cache import BLOCK_SIZE, BlockPool
+from resources.sim.policies.base import ScheduleContext, SimSeq
+from resources.sim.policies.priority import RelQueryQueue
+from resources.sim.policies.relserve_v1 import make_room
+
+
+def make_seq(index: int, rid: str, blocks: int) -> SimSeq:
+    """A request of `blocks` full blocks of its own (hashes no other request shares)."""
+    hashes = [1000 * (index + 1) + k for k in range(blocks + 4)]
+    return SimSeq(index, f"q{index}", blocks * BLOCK_SIZE, hashes, 4, relquery_id=rid)
+
+
+def queues(
+    ctx: ScheduleContext, running_sizes: tuple[int, ...], head_sizes: tuple[int, ...]
+) -> tuple[RelQueryQueue, list[SimSeq], list[str]]:
+    """Running requests of relQueries r0, r1, ... holding `running_sizes` blocks each (admitted
+    through the queue, in that order), and one waiting request in each of relQueries d0, d1,
+    ... of `head_sizes` blocks, all due."""
+    queue = RelQueryQueue()
+    running = []
+    for i, blocks in enumerate(running_sizes):
+        seq = make_seq(i, f"r{i}", blocks)
+        queue.append(seq)
+        queue.pop_first(seq.relquery_id)
+        assert ctx.allocate(seq, seq.num_tokens)
+        seq.num_computed = seq.num_tokens
+        running.append(seq)
+    for i, blocks in enumerate(head_sizes):
+        queue.append(make_seq(100 + i, f"d{i}", blocks))
+    return queue, running, [f"d{i}" for i in range(len(head_sizes))]
+
+
+def context(usable_blocks: int, max_num_seqs: int = 8, watermark: int = 0) -> ScheduleContext:
+    return ScheduleContext(
+        BlockPool(usable_blocks + 1), max_num_seqs, 8192, watermark_blocks=watermark
+    )
+
+
+def test_make_room_preempts_the_tail_until_the_head_fits_above_the_watermark() -> None:
+    ctx = context(8, watermark=1)
+    waiting, running, due = queues(ctx, (2, 2, 2), (3,))  # 2 free, 1 of them the watermark's
+    victim = running[-1]
+    assert make_room(waiting, running, ctx, due) == 1
+    assert [s.relquery_id for s in running] == ["r0", "r1"]
+    assert victim.blocks == [] and victim.num_computed == 0 and victim.num_preemptions == 1
+    assert victim in list(waiting) and ctx.num_preemptions == 1
+    assert ctx.pool.num_free == 4
+
+
+def test_make_room_counts_the_sequence_slots() -> None:
+    ctx = context(64, max_num_seqs=3)  # blocks plenty: only the slots bind
+    waiting, running, due = queues(ctx, (1, 1, 1), (1,))
+    assert make_room(waiting, running, ctx, due) == 1
+    assert [s.relquery_id for s in running] == ["r0", "r1"]
+
+
+def test_make_room_fits_every_due_head_together() -> None:
+    ctx = context(8)
+    waiting, running, due = queues(ctx, (2, 2, 2), (2, 2))  # 2 free, 4 needed together
+    assert make_room(waiting, running, ctx, due) == 1
+    assert [s.relquery_id for s in running] == ["r0", "r1"]
+
+
+def test_make_room_does_nothing_when_the_heads_fit() -> None:
+    ctx = context(8)
+    waiting, running, due = queues(ctx, (2, 2), (2, 2))
+    assert make_room(waiting, running, ctx, due) == 0
+    assert len(running) == 2 and ctx.num_preemptions == 0
