@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from resources.sim.block_cache import BLOCK_SIZE, BlockPool
 from resources.sim.policies.base import ScheduleContext, SimSeq
-from resources.sim.policies.priority import RelQueryQueue
+from resources.sim.policies.priority import RelQueryQueue, priority_preemption
 from resources.sim.policies.relserve_v1 import make_room
 
 
@@ -71,4 +71,60 @@ def test_make_room_does_nothing_when_the_heads_fit() -> None:
     ctx = context(8)
     waiting, running, due = queues(ctx, (2, 2), (2, 2))
     assert make_room(waiting, running, ctx, due) == 0
+    assert len(running) == 2 and ctx.num_preemptions == 0
+
+
+def test_make_room_counts_every_victim() -> None:
+    ctx = context(5)
+    waiting, running, due = queues(ctx, (1, 1, 1, 1), (3,))  # 1 free, 3 needed
+    assert make_room(waiting, running, ctx, due) == 2
+    assert [s.relquery_id for s in running] == ["r0", "r1"]
+
+
+def prioritized(
+    ctx: ScheduleContext, running_sizes: tuple[int, ...], head_blocks: int, head_priority: float
+) -> tuple[RelQueryQueue, list[SimSeq]]:
+    """Running r0, r1, ... at priorities 0, 1, ... (sorted, as `sort_running` leaves them), and
+    a waiting head of `head_blocks` blocks at `head_priority`."""
+    waiting, running, _ = queues(ctx, running_sizes, (head_blocks,))
+    for i in range(len(running_sizes)):
+        waiting.set_priority(f"r{i}", float(i))
+    waiting.set_priority("d0", head_priority)
+    waiting.reorder()
+    return waiting, running
+
+
+def test_priority_preemption_evicts_lower_priorities_from_the_tail() -> None:
+    ctx = context(6)
+    waiting, running = prioritized(ctx, (2, 2, 2), 4, 0.5)  # nothing free, 4 needed
+    r0, r1, r2 = running
+    assert priority_preemption(waiting, running, ctx) == 2
+    assert running == [r0]
+    assert (r1.num_preemptions, r2.num_preemptions, r0.num_preemptions) == (1, 1, 0)
+    assert r1 in list(waiting) and r2 in list(waiting)
+    assert ctx.pool.num_free == 4
+
+
+def test_priority_preemption_stops_at_an_equal_or_higher_priority() -> None:
+    ctx = context(6)
+    waiting, running = prioritized(ctx, (2, 2, 2), 4, 1.0)
+    assert priority_preemption(waiting, running, ctx) == 1  # r2 only: r1's 1.0 is not above
+    assert [s.relquery_id for s in running] == ["r0", "r1"]
+
+
+def test_priority_preemption_stops_once_the_head_fits() -> None:
+    ctx = context(6)
+    waiting, running = prioritized(ctx, (2, 2, 2), 2, 0.5)
+    assert priority_preemption(waiting, running, ctx) == 1
+    assert [s.relquery_id for s in running] == ["r0", "r1"]
+    ctx = context(64, max_num_seqs=3)  # blocks plenty: the slots bind
+    waiting, running = prioritized(ctx, (1, 1, 1), 1, 0.5)
+    assert priority_preemption(waiting, running, ctx) == 1
+
+
+def test_priority_preemption_without_need_or_queue_does_nothing() -> None:
+    ctx = context(8)
+    waiting, running = prioritized(ctx, (2, 2), 2, 0.5)  # fits already
+    assert priority_preemption(waiting, running, ctx) == 0
+    assert priority_preemption(RelQueryQueue(), running, ctx) == 0
     assert len(running) == 2 and ctx.num_preemptions == 0
