@@ -10,7 +10,7 @@ run of the test selection. `run --all` is plain `mutmut run` (every mutant; it r
 stopped). `run --critical` runs the mutants of the four areas the acceptance names in full
 (`benchmarks.lib.mutants.CRITICAL`); `run --sample N` a seeded uniform sample of N mutants per
 package (for a kill rate when the full run does not fit). Only mutants without a verdict run
-unless `--rerun`. `report` writes `benchmarks/results/mutation.{json,md}`: per package counts and
+unless `--rerun` (or `--survivors`: those that survived, after adding tests). `report` writes `benchmarks/results/mutation.{json,md}`: per package counts and
 kill rate, per critical area every survivor with its diff and its disposition from
 `benchmarks/mutation_survivors.toml` (equivalent, with why). Wall times of the runs are kept in
 `mutants/mutation-runs.json`.
@@ -98,7 +98,12 @@ def run(args: argparse.Namespace) -> None:
         chosen = set(
             select(mutants, critical=args.critical, per_package=args.sample, seed=args.seed)
         )
-        pending = [m for m in mutants if args.rerun or m.exit_code is None]
+        if args.rerun:
+            pending = mutants
+        elif args.survivors:  # after new tests: the mutants they may now kill
+            pending = [m for m in mutants if m.status in ("survived", "no tests")]
+        else:
+            pending = [m for m in mutants if m.exit_code is None]
         names = [m.name for m in pending if m.name in chosen]
         if not names:
             print("every selected mutant has a verdict (--rerun runs them again)")
@@ -272,6 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--all", action="store_true", help="every mutant (plain `mutmut run`)")
     r.add_argument("--critical", action="store_true", help="every mutant of the critical areas")
     r.add_argument("--rerun", action="store_true", help="also mutants that have a verdict")
+    r.add_argument("--survivors", action="store_true", help="only survivors, run again")
     r.add_argument("--max-children", type=int, default=2)
     sub.choices["report"].add_argument(
         "--commit", default=None, help="the source commit measured (default: HEAD)"
