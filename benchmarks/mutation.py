@@ -1,6 +1,7 @@
 """Mutation testing of `llm_assets.optimizer`, `llm_assets.assets` and `resources.sim` (mutmut).
 
-    python -m benchmarks.mutation run [--all | --critical] [--sample N] [--seed S] [--rerun]
+    python -m benchmarks.mutation run [--all | --critical] [--sample N] [--seed S]
+                                      [--rerun | --survivors]
     python -m benchmarks.mutation report [--sample N] [--seed S]
 
 mutmut (pinned in the dev extra; configured by `[tool.mutmut]` in pyproject.toml) copies the
@@ -10,10 +11,10 @@ run of the test selection. `run --all` is plain `mutmut run` (every mutant; it r
 stopped). `run --critical` runs the mutants of the four areas the acceptance names in full
 (`benchmarks.lib.mutants.CRITICAL`); `run --sample N` a seeded uniform sample of N mutants per
 package (for a kill rate when the full run does not fit). Only mutants without a verdict run
-unless `--rerun` (or `--survivors`: those that survived, after adding tests). `report` writes `benchmarks/results/mutation.{json,md}`: per package counts and
-kill rate, per critical area every survivor with its diff and its disposition from
-`benchmarks/mutation_survivors.toml` (equivalent, with why). Wall times of the runs are kept in
-`mutants/mutation-runs.json`.
+unless `--rerun` (or `--survivors`: those that survived, after adding tests). `report` writes
+`benchmarks/results/mutation.{json,md}`: per package counts and kill rate, per critical area
+every survivor with its diff and its disposition from `benchmarks/mutation_survivors.toml`
+(equivalent, with why). Wall times of the runs are kept in `mutants/mutation-runs.json`.
 
 Tests that read `../shared` find it through LLM_ASSETS_SHARED (pytest runs inside `mutants/`).
 """
