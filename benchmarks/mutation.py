@@ -11,7 +11,8 @@ run of the test selection. `run --all` is plain `mutmut run` (every mutant; it r
 stopped). `run --critical` runs the mutants of the four areas the acceptance names in full
 (`benchmarks.lib.mutants.CRITICAL`); `run --sample N` a seeded uniform sample of N mutants per
 package (for a kill rate when the full run does not fit). Only mutants without a verdict run
-unless `--rerun` (or `--survivors`: those that survived, after adding tests). `report` writes
+unless `--rerun` (`--survivors` adds those that survived and are not shown equivalent: after
+adding tests). `report` writes
 `benchmarks/results/mutation.{json,md}`: per package counts and kill rate, per critical area
 every survivor with its diff and its disposition from `benchmarks/mutation_survivors.toml`
 (equivalent, with why). Wall times of the runs are kept in `mutants/mutation-runs.json`.
@@ -51,6 +52,10 @@ RUNS_LOG = MUTANTS_DIR / "mutation-runs.json"
 MUTMUT = Path(sys.executable).with_name("mutmut")
 DETECTED = ("killed", "timeout")
 """Verdicts that count as the tests noticing the mutant (a timeout: the mutant made them hang)."""
+
+
+def dispositions() -> dict[str, dict[str, str]]:
+    return tomllib.loads(DISPOSITIONS.read_text()) if DISPOSITIONS.exists() else {}
 
 
 def generate() -> None:
@@ -99,12 +104,17 @@ def run(args: argparse.Namespace) -> None:
         chosen = set(
             select(mutants, critical=args.critical, per_package=args.sample, seed=args.seed)
         )
-        if args.rerun:
-            pending = mutants
-        elif args.survivors:  # after new tests: the mutants they may now kill
-            pending = [m for m in mutants if m.status in ("survived", "no tests")]
-        else:
-            pending = [m for m in mutants if m.exit_code is None]
+        equivalent = {n for n, d in dispositions().items() if "equivalent" in d}
+        pending = [
+            m
+            for m in mutants
+            if args.rerun
+            or m.exit_code is None
+            # after new tests: the survivors they may now kill (not those shown equivalent)
+            or args.survivors
+            and m.status in ("survived", "no tests")
+            and m.name not in equivalent
+        ]
         names = [m.name for m in pending if m.name in chosen]
         if not names:
             print("every selected mutant has a verdict (--rerun runs them again)")
@@ -158,7 +168,7 @@ def report(args: argparse.Namespace) -> None:
         git = ["git", "rev-parse", "--short", "HEAD"]
         args.commit = subprocess.run(git, capture_output=True, text=True).stdout.strip()
     mutants = load_mutants()
-    dispositions = tomllib.loads(DISPOSITIONS.read_text()) if DISPOSITIONS.exists() else {}
+    known = dispositions()
     in_sample = set(sample([m.name for m in mutants], args.sample, args.seed))
     packages = {}
     for package in PACKAGES:
@@ -176,11 +186,11 @@ def report(args: argparse.Namespace) -> None:
         entry = areas.setdefault(area, {"mutants": [], "survivors": []})
         entry["mutants"].append(m)
         if m.status not in DETECTED:
-            why = dispositions.get(m.name, {}).get("equivalent")
+            why = known.get(m.name, {}).get("equivalent")
             entry["survivors"].append(
                 {"name": m.name, "status": m.status, "diff": diff(m), "equivalent": why}
             )
-    killed_by_new_tests = {n: d["killed_by"] for n, d in dispositions.items() if "killed_by" in d}
+    killed_by_new_tests = {n: d["killed_by"] for n, d in known.items() if "killed_by" in d}
     result = {
         "tool": f"mutmut {version('mutmut')}",
         "source_commit": args.commit,
@@ -278,7 +288,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--all", action="store_true", help="every mutant (plain `mutmut run`)")
     r.add_argument("--critical", action="store_true", help="every mutant of the critical areas")
     r.add_argument("--rerun", action="store_true", help="also mutants that have a verdict")
-    r.add_argument("--survivors", action="store_true", help="only survivors, run again")
+    r.add_argument("--survivors", action="store_true", help="also survivors not shown equivalent")
     r.add_argument("--max-children", type=int, default=2)
     sub.choices["report"].add_argument(
         "--commit", default=None, help="the source commit measured (default: HEAD)"
