@@ -36,9 +36,11 @@ def queues(
     return queue, running, [f"d{i}" for i in range(len(head_sizes))]
 
 
-def context(usable_blocks: int, max_num_seqs: int = 8, watermark: int = 0) -> ScheduleContext:
+def context(
+    usable_blocks: int, max_num_seqs: int = 8, watermark: int = 0, budget: int = 8192
+) -> ScheduleContext:
     return ScheduleContext(
-        BlockPool(usable_blocks + 1), max_num_seqs, 8192, watermark_blocks=watermark
+        BlockPool(usable_blocks + 1), max_num_seqs, budget, watermark_blocks=watermark
     )
 
 
@@ -128,3 +130,23 @@ def test_priority_preemption_without_need_or_queue_does_nothing() -> None:
     assert priority_preemption(waiting, running, ctx) == 0
     assert priority_preemption(RelQueryQueue(), running, ctx) == 0
     assert len(running) == 2 and ctx.num_preemptions == 0
+
+
+def test_priority_preemption_keeps_the_watermark_free() -> None:
+    ctx = context(6, watermark=1)
+    waiting, running = prioritized(ctx, (2, 2), 2, 0.5)  # 2 free, 1 of them the watermark's
+    assert priority_preemption(waiting, running, ctx) == 1
+    assert [s.relquery_id for s in running] == ["r0"]
+
+
+def test_priority_preemption_counts_a_cached_prefix_against_the_token_budget() -> None:
+    """The head's 80 tokens start with r0's four cached blocks: 16 tokens to compute, exactly
+    the budget, and one new block of the four free: it fits, nobody is preempted."""
+    ctx = context(10, budget=16)
+    waiting, running = prioritized(ctx, (4, 2), 5, 0.5)
+    head = waiting[0]
+    head.hashes = running[0].hashes[:4] + head.hashes
+    ctx.pool.register(running[0].blocks, running[0].hashes)
+    assert len(ctx.lookup(head)) == 4
+    assert priority_preemption(waiting, running, ctx) == 0
+    assert len(running) == 2
