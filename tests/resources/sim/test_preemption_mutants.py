@@ -4,10 +4,15 @@ survivors of the first mutation run (benchmarks/results/mutation.md)."""
 
 from __future__ import annotations
 
+from collections import deque
+
+import pytest
+
 from resources.sim.block_cache import BLOCK_SIZE, BlockPool
 from resources.sim.policies.base import ScheduleContext, SimSeq
-from resources.sim.policies.priority import RelQueryQueue, priority_preemption
+from resources.sim.policies.priority import RelQueryQueue, decode_step, priority_preemption
 from resources.sim.policies.relserve_v1 import make_room
+from resources.sim.policies.vllm_v1 import v1_step
 
 
 def make_seq(index: int, rid: str, blocks: int) -> SimSeq:
@@ -150,3 +155,43 @@ def test_priority_preemption_counts_a_cached_prefix_against_the_token_budget() -
     assert len(ctx.lookup(head)) == 4
     assert priority_preemption(waiting, running, ctx) == 0
     assert len(running) == 2
+
+
+def decoding(ctx: ScheduleContext, *sizes: int) -> list[SimSeq]:
+    """Running requests holding `sizes` full blocks, each with one generated token to compute
+    (so its next step needs a new block)."""
+    running = []
+    for i, blocks in enumerate(sizes):
+        seq = make_seq(i, f"r{i}", blocks)
+        assert ctx.allocate(seq, seq.num_tokens)
+        seq.num_computed = seq.num_tokens
+        seq.num_tokens += 1
+        seq.generated = 1
+        running.append(seq)
+    return running
+
+
+@pytest.mark.parametrize("step", [decode_step, v1_step])
+def test_a_decode_without_a_block_preempts_the_tail(step) -> None:
+    ctx = context(7)
+    a, b, c = running = decoding(ctx, 2, 2, 2)  # 1 free: a takes it, b needs c's
+    waiting: deque[SimSeq] = deque([make_seq(9, "w", 1)])
+    batch = step(waiting, running, ctx)
+    assert batch == [(a, 1), (b, 1)]
+    assert running == [a, b] and list(waiting)[0] is c and len(waiting) == 2
+    assert (a.num_preemptions, b.num_preemptions, c.num_preemptions) == (0, 0, 1)
+    assert c.blocks == [] and ctx.num_preemptions == 1
+
+
+@pytest.mark.parametrize("step", [decode_step, v1_step])
+def test_a_decode_that_is_the_tail_preempts_itself(step) -> None:
+    ctx = context(4)
+    a, b = running = decoding(ctx, 2, 2)  # nothing free
+    waiting: deque[SimSeq] = deque()
+    assert step(waiting, running, ctx) == [(a, 1)]  # b's two blocks make room for a
+    assert running == [a] and list(waiting) == [b]
+    ctx = context(2)
+    (a,) = running = decoding(ctx, 2)
+    waiting = deque()
+    assert step(waiting, running, ctx) == []
+    assert running == [] and list(waiting) == [a] and a.num_preemptions == 1
