@@ -11,6 +11,7 @@ import pytest
 from resources.sim.block_cache import BLOCK_SIZE, BlockPool
 from resources.sim.policies.base import ScheduleContext, SimSeq
 from resources.sim.policies.priority import RelQueryQueue, decode_step, priority_preemption
+from resources.sim.policies.relserve import start_step
 from resources.sim.policies.relserve_v1 import make_room
 from resources.sim.policies.vllm_v1 import v1_step
 
@@ -195,3 +196,31 @@ def test_a_decode_that_is_the_tail_preempts_itself(step) -> None:
     waiting = deque()
     assert step(waiting, running, ctx) == []
     assert running == [] and list(waiting) == [a] and a.num_preemptions == 1
+
+
+def test_start_step_admits_due_heads_while_the_budget_and_slots_last() -> None:
+    ctx = context(64, budget=64)
+    waiting, running, due = queues(ctx, (1,), (2, 2, 1))  # 32 + 32 tokens fill the budget
+    d0, d1 = list(waiting)[:2]
+    assert start_step(waiting, running, ctx, due, evict=False) == [(d0, 32), (d1, 32)]
+    assert [s.relquery_id for s in running] == ["r0", "d0", "d1"]
+    ctx = context(64, max_num_seqs=3)
+    waiting, running, due = queues(ctx, (1, 1), (1, 1))  # one slot left
+    d0 = list(waiting)[0]
+    assert start_step(waiting, running, ctx, due, evict=False) == [(d0, 16)]
+    assert len(running) == 3 and ctx.num_preemptions == 0
+
+
+def test_start_step_preempts_the_tail_for_a_due_head_but_never_its_own_batch() -> None:
+    ctx = context(6)
+    waiting, running, due = queues(ctx, (2, 2), (2, 2))  # 2 free: d0 fits, d1 needs r1's
+    r0, r1 = running
+    d0, d1 = list(waiting)[:2]
+    assert start_step(waiting, running, ctx, due, evict=True) == [(d0, 32), (d1, 32)]
+    assert running == [r0, d0, d1] and r1.num_preemptions == 1
+    ctx = context(3)
+    waiting, running, due = queues(ctx, (1,), (2, 2))  # r0's block is not enough for d1
+    r0 = running[0]
+    d0 = list(waiting)[0]
+    assert start_step(waiting, running, ctx, due, evict=True) == [(d0, 32)]
+    assert running == [d0] and r0.num_preemptions == 1
