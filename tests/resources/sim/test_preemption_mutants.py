@@ -224,3 +224,12 @@ def test_start_step_preempts_the_tail_for_a_due_head_but_never_its_own_batch() -
     d0 = list(waiting)[0]
     assert start_step(waiting, running, ctx, due, evict=True) == [(d0, 32)]
     assert running == [d0] and r0.num_preemptions == 1
+
+
+def test_start_step_keeps_the_watermark_free() -> None:
+    ctx = context(5, watermark=1)
+    waiting, running, due = queues(ctx, (2,), (3,))  # 3 free, 1 of them the watermark's
+    assert start_step(waiting, running, ctx, due, evict=False) == []
+    d0 = list(waiting)[0]
+    assert start_step(waiting, running, ctx, due, evict=True) == [(d0, 48)]
+    assert running == [d0]
