@@ -35,6 +35,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from benchmarks.lib.mutants import (
+    CRITICAL,
     KEEP_LONG_LOOP,
     MUTANTS_DIR,
     PACKAGES,
@@ -82,10 +83,12 @@ def _area(mutant: Mutant) -> str | None:
     return critical_area(mutant.name, diff(mutant) if needs_diff else "")
 
 
-def select(mutants: list[Mutant], *, critical: bool, per_package: int, seed: int) -> list[str]:
+def select(
+    mutants: list[Mutant], *, critical: bool, per_package: int, seed: int, areas: list[str]
+) -> list[str]:
     names: set[str] = set()
     if critical:
-        names |= {m.name for m in mutants if _area(m)}
+        names |= {m.name for m in mutants if _area(m) in (areas or CRITICAL)}
     if per_package:
         names |= set(sample([m.name for m in mutants], per_package, seed))
     return sorted(names)
@@ -102,7 +105,13 @@ def run(args: argparse.Namespace) -> None:
         generate()
         mutants = load_mutants()
         chosen = set(
-            select(mutants, critical=args.critical, per_package=args.sample, seed=args.seed)
+            select(
+                mutants,
+                critical=args.critical,
+                per_package=args.sample,
+                seed=args.seed,
+                areas=args.area,
+            )
         )
         equivalent = {n for n, d in dispositions().items() if "equivalent" in d}
         pending = [
@@ -287,6 +296,9 @@ def main(argv: list[str] | None = None) -> None:
     r = sub.choices["run"]
     r.add_argument("--all", action="store_true", help="every mutant (plain `mutmut run`)")
     r.add_argument("--critical", action="store_true", help="every mutant of the critical areas")
+    r.add_argument(
+        "--area", action="append", choices=sorted(CRITICAL), help="with --critical: only these"
+    )
     r.add_argument("--rerun", action="store_true", help="also mutants that have a verdict")
     r.add_argument("--survivors", action="store_true", help="also survivors not shown equivalent")
     r.add_argument("--max-children", type=int, default=2)
