@@ -195,9 +195,15 @@ def report(args: argparse.Namespace) -> None:
         entry = areas.setdefault(area, {"mutants": [], "survivors": []})
         entry["mutants"].append(m)
         if m.status not in DETECTED:
-            why = known.get(m.name, {}).get("equivalent")
+            disposition = known.get(m.name, {})
             entry["survivors"].append(
-                {"name": m.name, "status": m.status, "diff": diff(m), "equivalent": why}
+                {
+                    "name": m.name,
+                    "status": m.status,
+                    "diff": diff(m),
+                    "equivalent": disposition.get("equivalent"),
+                    "killed_by": disposition.get("killed_by"),
+                }
             )
     killed_by_new_tests = {n: d["killed_by"] for n, d in known.items() if "killed_by" in d}
     result = {
@@ -277,7 +283,12 @@ def markdown(r: dict) -> str:
         if not v["survivors"]:
             out += ["None.", ""]
         for s in v["survivors"]:
-            why = s["equivalent"] or "**UNEXPLAINED**"
+            if s["equivalent"]:
+                why = f"equivalent: {s['equivalent']}"
+            elif s["killed_by"]:
+                why = f"killed by a new test (mutmut has not run it again yet): {s['killed_by']}"
+            else:
+                why = "**UNEXPLAINED**"
             out += [f"- `{s['name']}` ({s['status']}): {why}", "", "```diff", s["diff"], "```", ""]
     if r["killed_by_new_tests"]:
         out += ["## Survivors of the first run killed by new tests", ""]
