@@ -194,7 +194,7 @@ def report(args: argparse.Namespace) -> None:
             continue
         entry = areas.setdefault(area, {"mutants": [], "survivors": []})
         entry["mutants"].append(m)
-        if m.status not in DETECTED:
+        if m.status not in (*DETECTED, "not checked"):
             disposition = known.get(m.name, {})
             entry["survivors"].append(
                 {
