@@ -2,10 +2,14 @@
 metadata), and only that: one corruption at a time, the whole list compared. Written for the
 survivors of the first mutation run (benchmarks/results/mutation.md)."""
 
+import dagster as dg
 import pandas as pd
 
 from llm_assets.assets import checks
+from llm_assets.assets.definition import QueryDefinition
 from llm_assets.pipeline import stages
+from llm_assets.pipeline.options import QueryOptions
+from resources.expectations import GXValidator
 
 
 def plan_and_deduped(n: int, inputs: list[int] | None = None):
@@ -114,3 +118,61 @@ def test_accounting_problems_one_at_a_time() -> None:
     ]
     answered_with_reason = accounted(["answered"] * 3, ["fine", None, None])
     assert checks.accounting_problems(answered_with_reason, base) == []
+
+
+SQL = "SELECT r.id, LLM('Summarize {review} {title}', r.review, r.title) AS s FROM reviews r"
+
+
+def query_definition(**options) -> QueryDefinition:
+    return QueryDefinition.build("q", SQL, {"reviews": "reviews.csv"}, **options)
+
+
+def test_result_passes_only_without_problems_and_joins_them() -> None:
+    ok = checks._result([], rows=3)
+    assert ok.passed and ok.metadata["problems"].value == "none" and ok.metadata["rows"].value == 3
+    bad = checks._result(["a", "b"])
+    assert not bad.passed and bad.metadata["problems"].value == "a; b"
+
+
+def test_the_fields_check_sits_on_the_base_asset_only() -> None:
+    qdef = query_definition()
+    (spec,) = checks.fields_check_specs(qdef, "filtered")
+    assert (spec.name, spec.asset_key, spec.blocking) == (
+        checks.FIELDS_CHECK,
+        dg.AssetKey(["q", "filtered"]),
+        True,
+    )
+    assert checks.fields_check_specs(qdef, "retrieved") == []
+
+
+def test_template_columns_expand_retrieved_columns() -> None:
+    qdef = query_definition()
+    plain = pd.DataFrame(columns=["id", "title", "review", "review_1"])
+    assert checks.template_columns(qdef, plain) == ["review", "title"]
+    retrieved = pd.DataFrame(columns=["review_2", "id", "review_1", "title"])
+    assert checks.template_columns(qdef, retrieved) == ["review_1", "review_2", "title"]
+    assert checks.template_columns(qdef, pd.DataFrame(columns=["id"])) == ["review", "title"]
+
+
+def test_fields_check_fails_on_a_missing_column_and_on_nulls_the_policy_refuses() -> None:
+    gx = GXValidator()
+    frame = pd.DataFrame({"review": ["good", None], "title": ["a", "b"], stages.SKIP: [None] * 2})
+    fail = checks.fields_check(
+        query_definition(null_policy="fail"), frame, QueryOptions(null_policy="fail"), gx
+    )
+    assert not fail.passed
+    assert fail.metadata["null_counts"].value == str({"review": 1, "title": 0})
+    assert fail.metadata["null_policy"].value == "fail"
+    skip = checks.fields_check(query_definition(), frame, QueryOptions(null_policy="skip"), gx)
+    assert skip.passed
+    skipped_row = frame.assign(**{stages.SKIP: [None, "null in 'review'"]})
+    counted = checks.fields_check(
+        query_definition(), skipped_row, QueryOptions(null_policy="fail"), gx
+    )
+    assert counted.passed and counted.metadata["null_counts"].value == str(
+        {"review": 0, "title": 0}
+    )
+    missing = checks.fields_check(
+        query_definition(), frame.drop(columns="title"), QueryOptions(), gx
+    )
+    assert not missing.passed
