@@ -233,3 +233,16 @@ def test_start_step_keeps_the_watermark_free() -> None:
     d0 = list(waiting)[0]
     assert start_step(waiting, running, ctx, due, evict=True) == [(d0, 48)]
     assert running == [d0]
+
+
+def test_start_step_counts_the_cached_prefix_left_after_an_eviction() -> None:
+    """d0's first two blocks are r1's: evicting r1 leaves them cached (free, evictable), so d0
+    still computes only its last 32 tokens, once r0 is evicted too for room."""
+    ctx = context(5)
+    waiting, running, due = queues(ctx, (2, 2), (4,))  # 1 free
+    r0, r1 = running
+    d0 = list(waiting)[0]
+    d0.hashes = r1.hashes[:2] + d0.hashes
+    assert start_step(waiting, running, ctx, due, evict=True) == [(d0, 32)]
+    assert running == [d0] and d0.num_computed == 32
+    assert (r0.num_preemptions, r1.num_preemptions) == (1, 1)
