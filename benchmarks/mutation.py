@@ -2,6 +2,7 @@
 
     python -m benchmarks.mutation run [--all | --critical] [--sample N] [--seed S]
                                       [--rerun | --survivors]
+    python -m benchmarks.mutation confirm
     python -m benchmarks.mutation report [--sample N] [--seed S]
 
 mutmut (pinned in the dev extra; configured by `[tool.mutmut]` in pyproject.toml) copies the
@@ -15,7 +16,9 @@ unless `--rerun` (`--survivors` adds those that survived and are not shown equiv
 adding tests). `report` writes
 `benchmarks/results/mutation.{json,md}`: per package counts and kill rate, per critical area
 every survivor with its diff and its disposition from `benchmarks/mutation_survivors.toml`
-(equivalent, with why). Wall times of the runs are kept in `mutants/mutation-runs.json`.
+(equivalent, with why, or killed by a new test). `confirm` runs each survivor said to be killed
+by a new test against that test (a survivor it kills counts as killed in the report). Wall times
+of the runs are kept in `mutants/mutation-runs.json`.
 
 Tests that read `../shared` find it through LLM_ASSETS_SHARED (pytest runs inside `mutants/`).
 """
@@ -50,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 DISPOSITIONS = ROOT / "benchmarks" / "mutation_survivors.toml"
 RUNS_LOG = MUTANTS_DIR / "mutation-runs.json"
+CONFIRMED = MUTANTS_DIR / "confirmed.json"
 MUTMUT = Path(sys.executable).with_name("mutmut")
 DETECTED = ("killed", "timeout")
 """Verdicts that count as the tests noticing the mutant (a timeout: the mutant made them hang)."""
@@ -146,6 +150,47 @@ def run(args: argparse.Namespace) -> None:
     print(f"{wall:.0f} s wall, mutmut exit code {code}")
 
 
+def _test_of(killed_by: str) -> str:
+    """The pytest node a `killed_by` disposition names (its first word; a bare file name is
+    looked up under tests/)."""
+    file, sep, test = killed_by.split()[0].partition("::")
+    if not Path(file).exists():
+        file = str(next(Path("tests").rglob(Path(file).name)))
+    return file + sep + test
+
+
+def confirm(args: argparse.Namespace) -> None:
+    """Run each survivor that a disposition says a new test kills against that test, in a copy
+    of `mutants/` with the current tests (mutmut's trampolines pick the mutant from
+    MUTANT_UNDER_TEST), without waiting for a whole `mutmut run`; records the exit codes in
+    `mutants/confirmed.json` (non-zero: the test fails on the mutant, i.e. kills it)."""
+    import shutil
+    import tempfile
+
+    os.chdir(ROOT)
+    killed_by = {n: d["killed_by"] for n, d in dispositions().items() if "killed_by" in d}
+    todo = {
+        m.name: _test_of(killed_by[m.name])
+        for m in load_mutants()
+        if m.name in killed_by and m.status != "killed"
+    }
+    confirmed = json.loads(CONFIRMED.read_text()) if CONFIRMED.exists() else {}
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "mutants"
+        shutil.copytree(MUTANTS_DIR, copy)
+        shutil.copytree("tests", copy / "tests", dirs_exist_ok=True)
+        env = {**os.environ, "LLM_ASSETS_SHARED": str(ROOT.parent / "shared")}
+        env.pop("PYTHONPATH", None)
+        pytest = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
+        for name, test in sorted(todo.items()):
+            run_env = {**env, "MUTANT_UNDER_TEST": name}
+            quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+            code = subprocess.call(pytest + [test], cwd=copy, env=run_env, **quiet)
+            confirmed[name] = {"test": test, "exit_code": code}
+            print(code, name, test, flush=True)
+    CONFIRMED.write_text(json.dumps(confirmed, indent=1, ensure_ascii=False))
+
+
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """95% Wilson interval of a proportion k/n."""
     if n == 0:
@@ -173,10 +218,17 @@ def _counts(mutants: list[Mutant]) -> dict:
 
 def report(args: argparse.Namespace) -> None:
     os.chdir(ROOT)
+    confirmed = json.loads(CONFIRMED.read_text()) if CONFIRMED.exists() else {}
     if args.commit is None:
         git = ["git", "rev-parse", "--short", "HEAD"]
         args.commit = subprocess.run(git, capture_output=True, text=True).stdout.strip()
-    mutants = load_mutants()
+    # a survivor that its new test kills in `confirm` counts as killed (exit code 1)
+    mutants = [
+        Mutant(m.name, m.path, 1)
+        if m.status == "survived" and confirmed.get(m.name, {}).get("exit_code", 0) != 0
+        else m
+        for m in load_mutants()
+    ]
     known = dispositions()
     in_sample = set(sample([m.name for m in mutants], args.sample, args.seed))
     packages = {}
@@ -217,6 +269,7 @@ def report(args: argparse.Namespace) -> None:
             for area, e in sorted(areas.items())
         },
         "killed_by_new_tests": killed_by_new_tests,
+        "confirmed_by_direct_run": confirmed,
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "mutation.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
@@ -300,6 +353,7 @@ def markdown(r: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("confirm", help="run survivors against the new tests said to kill them")
     for name in ("run", "report"):
         p = sub.add_parser(name)
         p.add_argument("--sample", type=int, default=0, help="mutants per package (seeded)")
@@ -319,7 +373,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "run" and not (args.all or args.critical or args.sample):
         parser.error("run needs --all, --critical or --sample N")
-    (run if args.command == "run" else report)(args)
+    {"run": run, "report": report, "confirm": confirm}[args.command](args)
 
 
 if __name__ == "__main__":
