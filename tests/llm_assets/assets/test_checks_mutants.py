@@ -176,3 +176,8 @@ def test_fields_check_fails_on_a_missing_column_and_on_nulls_the_policy_refuses(
         query_definition(), frame.drop(columns="title"), QueryOptions(), gx
     )
     assert not missing.passed
+    complete = frame.assign(review=["good", "bad"]).drop(columns="title")
+    strict = QueryOptions(null_policy="fail")
+    assert not checks.fields_check(query_definition(), complete, strict, gx).passed
+    no_skip_column = frame.drop(columns=stages.SKIP)
+    assert checks.fields_check(query_definition(), no_skip_column, QueryOptions(), gx).passed
