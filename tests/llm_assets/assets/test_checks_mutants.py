@@ -160,7 +160,7 @@ def test_fields_check_fails_on_a_missing_column_and_on_nulls_the_policy_refuses(
     fail = checks.fields_check(
         query_definition(null_policy="fail"), frame, QueryOptions(null_policy="fail"), gx
     )
-    assert not fail.passed
+    assert not fail.passed and fail.check_name == checks.FIELDS_CHECK
     assert fail.metadata["null_counts"].value == str({"review": 1, "title": 0})
     assert fail.metadata["null_policy"].value == "fail"
     skip = checks.fields_check(query_definition(), frame, QueryOptions(null_policy="skip"), gx)
