@@ -113,3 +113,11 @@ def test_reset_while_held_names_the_reason() -> None:
     pool.allocate(1)
     with pytest.raises(RuntimeError, match="^cannot reset the prefix cache while sequences hold"):
         pool.reset()
+
+
+def test_allocating_more_than_is_free_names_both_counts() -> None:
+    pool = BlockPool(4)
+    pool.allocate(1)
+    with pytest.raises(RuntimeError, match=r"^asked for 3 blocks with only 2 free$"):
+        pool.allocate(3)
+    assert pool.num_free == 2
