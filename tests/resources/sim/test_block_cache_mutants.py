@@ -121,3 +121,13 @@ def test_allocating_more_than_is_free_names_both_counts() -> None:
     with pytest.raises(RuntimeError, match=r"^asked for 3 blocks with only 2 free$"):
         pool.allocate(3)
     assert pool.num_free == 2
+
+
+def test_evictions_are_counted_from_zero() -> None:
+    pool = BlockPool(2)  # one usable block
+    assert pool.num_evictions == 0
+    (block,) = pool.allocate(1)
+    pool.register([block], [5])
+    pool.free([block])
+    pool.allocate(1)
+    assert pool.num_evictions == 1
