@@ -175,6 +175,7 @@ def confirm(args: argparse.Namespace) -> None:
         if m.name in killed_by and m.status != "killed"
     }
     confirmed = json.loads(CONFIRMED.read_text()) if CONFIRMED.exists() else {}
+    todo = {n: t for n, t in todo.items() if confirmed.get(n, {}).get("test") != t}
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "mutants"
         shutil.copytree(MUTANTS_DIR, copy)

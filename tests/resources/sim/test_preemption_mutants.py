@@ -246,3 +246,29 @@ def test_start_step_counts_the_cached_prefix_left_after_an_eviction() -> None:
     assert start_step(waiting, running, ctx, due, evict=True) == [(d0, 32)]
     assert running == [d0] and d0.num_computed == 32
     assert (r0.num_preemptions, r1.num_preemptions) == (1, 1)
+
+
+def test_preempt_forgets_the_blocks_and_counts_every_preemption() -> None:
+    ctx = context(8)
+    (seq,) = running_of = decoding(ctx, 2)
+    for n in (1, 2):
+        ctx.preempt(running_of[0])
+        assert (seq.blocks, seq.num_computed, seq.num_registered) == ([], 0, 0)
+        assert seq.num_preemptions == n and ctx.num_preemptions == n
+        assert ctx.allocate(seq, seq.num_tokens)
+
+
+def test_v1_step_stops_when_the_budget_is_spent() -> None:
+    ctx = context(8, budget=1)
+    a, _ = running = decoding(ctx, 1, 1)
+    assert v1_step(deque(), running, ctx) == [(a, 1)]
+
+
+def test_start_step_keeps_the_hit_reported_at_first_scheduling() -> None:
+    ctx = context(5)
+    waiting, running, due = queues(ctx, (2, 2), (4,))
+    d0 = list(waiting)[0]
+    d0.hashes = running[1].hashes[:2] + d0.hashes
+    d0.cached_tokens = 0  # first scheduled before, without a hit, then preempted
+    start_step(waiting, running, ctx, due, evict=True)
+    assert d0.num_computed == 32 and d0.cached_tokens == 0
