@@ -1,12 +1,14 @@
 """Shared test helpers: where ../shared is, and a skip when it is absent."""
 
+import os
 import signal
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+# LLM_ASSETS_SHARED: where the tests run from a copy of the tree (mutmut's mutants/)
+SHARED = Path(os.environ.get("LLM_ASSETS_SHARED") or ROOT.parent / "shared")
 
 
 def shared_file(*parts: str) -> Path:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from resources.sim.tokenizer import ApproxTokenizer, Tokenizer, load_tokenizer
+from tests.conftest import SHARED
 
-SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
 LLAMA3_JSON = SHARED / "tokenizers" / "llama3_tokenizer.json"
 LLAMA3_TIKTOKEN = SHARED / "tokenizers" / "llama3_tokenizer.model"
 DATA_FILES = ["movies_small.csv", "contributions.csv", "squad_v2_dev_half.csv"]
