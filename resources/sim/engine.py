@@ -1,6 +1,6 @@
 """`SimulatedEngine`: a faithful, CPU-only model of a vLLM engine on a chosen GPU and model.
 
-Public API (what the asset layer and the OpenAI-compatible server in `resources/sim/server.py`
+Public API (what the asset layer and the OpenAI-compatible server in `resources/sim/server/`
 use):
 
 - ``SimulatedEngine(gpu="L4", model="llama-2-7b", policy="vllm-v1", **fields)`` or

@@ -74,12 +74,14 @@ def dagster_ui(tmp_path_factory):
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def test_lineage_of_every_query_renders(dagster_ui):
+def test_lineage_of_every_query_renders(dagster_ui, tmp_path):
+    """Screenshots of Q3 and Q5 go to a temp dir, or to LLM_ASSETS_SCREENSHOTS (e.g.
+    benchmarks/results, to refresh the committed ones): a test run leaves the tree as it was."""
     from playwright.sync_api import sync_playwright
 
     flags = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
     flags += ["--disable-background-networking", "--disable-component-update", "--disable-sync"]
-    out = ROOT / "benchmarks" / "results"
+    out = Path(os.environ.get("LLM_ASSETS_SCREENSHOTS") or tmp_path)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=flags)
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
