@@ -2,6 +2,7 @@
 
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -27,3 +28,15 @@ def _children_can_be_terminated():
     yield
     if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def terminate_cleanly(proc: subprocess.Popen) -> None:
+    """SIGTERM a server subprocess and assert it exits 0 within 10 s; a server that does not is
+    killed, so a failing test leaves no orphan behind."""
+    proc.terminate()
+    try:
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

@@ -17,6 +17,7 @@ from resources.engine import EngineWrapper, LLMEngine, Request, RunResult
 from resources.openai_engine import OpenAIEngine
 from resources.sim.engine import SimulatedEngine
 from resources.sim.server import FaultConfig, FaultInjector, ServerConfig, SimServer
+from tests.conftest import terminate_cleanly
 
 MODEL = "llama-2-7b"
 REPO = Path(__file__).resolve().parents[2]
@@ -262,13 +263,7 @@ def test_fault_flags_on_the_command_line(tmp_path: Path) -> None:
             "calls": 1, "status": 1, "hang": 0, "drop": 0, "malformed": 0
         }  # fmt: skip
     finally:
-        proc.terminate()  # SIGTERM: the server shuts down cleanly and exits 0
-        try:
-            assert proc.wait(10) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+        terminate_cleanly(proc)  # the server shuts down cleanly and exits 0
     bad = subprocess.run(
         [sys.executable, "-m", "resources.sim.server", "--fault-rate", "0.7",
          "--fault-drop-rate", "0.7"],

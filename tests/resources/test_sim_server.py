@@ -30,6 +30,7 @@ from resources.sim.server import (
     render_chat,
     serve_in_thread,
 )
+from tests.conftest import terminate_cleanly
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "llama-2-7b"
@@ -513,10 +514,4 @@ def test_command_line_serves_until_terminated() -> None:
         again = httpx.post(url, json=body, timeout=10).json()
         assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # --no-prefix-cache
     finally:
-        proc.terminate()  # SIGTERM: the server shuts down cleanly and exits 0
-        try:
-            assert proc.wait(10) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+        terminate_cleanly(proc)  # the server shuts down cleanly and exits 0
