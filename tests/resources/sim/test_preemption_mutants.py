@@ -272,3 +272,25 @@ def test_start_step_keeps_the_hit_reported_at_first_scheduling() -> None:
     d0.cached_tokens = 0  # first scheduled before, without a hit, then preempted
     start_step(waiting, running, ctx, due, evict=True)
     assert d0.num_computed == 32 and d0.cached_tokens == 0
+
+
+def test_v1_step_keeps_the_hit_reported_at_first_scheduling() -> None:
+    """vLLM sets `num_cached_tokens` only the first time a request is scheduled: a request first
+    admitted without a hit (0), preempted, and re-admitted onto cached blocks still reports 0."""
+    ctx = context(12)
+    waiting, running, _ = queues(ctx, (2, 2), (4,))
+    d0 = list(waiting)[0]
+    d0.hashes = running[1].hashes[:2] + d0.hashes
+    d0.cached_tokens = 0
+    v1_step(deque([d0]), running, ctx)
+    assert d0 in running and d0.num_computed == 32 and d0.cached_tokens == 0
+
+
+def test_v1_step_records_the_hit_at_first_scheduling() -> None:
+    ctx = context(12)
+    waiting, running, _ = queues(ctx, (2, 2), (4,))
+    d0 = list(waiting)[0]
+    d0.hashes = running[1].hashes[:2] + d0.hashes
+    assert d0.cached_tokens < 0  # never scheduled
+    v1_step(deque([d0]), running, ctx)
+    assert d0.num_computed == 32 and d0.cached_tokens == 32
