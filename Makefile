@@ -82,6 +82,6 @@ clean:
 	rm -rf $(VENV) $(CONFORMANCE_VENV) .llm_assets .pytest_cache mutants
 
 # Issue 12's deliberate breakages, each applied alone to a temporary copy of the tree: the
-# targeted tests must fail on every one (benchmarks/results/breakages.{json,md}; about 5 min).
+# targeted tests must fail on every one (benchmarks/results/breakages.{json,md}; about 10 min).
 breakages: $(STAMP)
 	$(PY) -m benchmarks.lib.breakages

@@ -126,6 +126,12 @@ class SimSeq:
         """Tokens to compute before the next output token."""
         return self.num_tokens - self.num_computed
 
+    def record_first_hit(self) -> None:
+        """Keep the prefix-cache hit of the request's first scheduling (vLLM sets
+        `num_cached_tokens` only then): a re-admission after a preemption changes nothing."""
+        if self.cached_tokens < 0:
+            self.cached_tokens = self.num_computed
+
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return (
             f"SimSeq({self.request_id!r}, tokens={self.num_tokens}, computed={self.num_computed}, "

@@ -348,8 +348,7 @@ def prefill_step(
             break
         waiting.popleft()
         running.append(seq)
-        if seq.cached_tokens < 0:
-            seq.cached_tokens = seq.num_computed
+        seq.record_first_hit()
         batch.append((seq, num_new))
         budget -= num_new
     return batch

@@ -159,8 +159,7 @@ def start_step(
             computed = ctx.lookup(seq)  # eviction may have dropped cached blocks
             num_new = seq.num_tokens - len(computed) * BLOCK_SIZE
         waiting.pop_first(rid)
-        if seq.cached_tokens < 0:
-            seq.cached_tokens = seq.num_computed
+        seq.record_first_hit()
         admitted.append((seq, num_new))
         budget -= num_new
     return _admit(admitted, running)

@@ -63,8 +63,7 @@ def v1_step(waiting, running: list[SimSeq], ctx: ScheduleContext) -> Batch:
             break
         waiting.popleft()
         running.append(seq)
-        if seq.cached_tokens < 0:
-            seq.cached_tokens = seq.num_computed
+        seq.record_first_hit()
         batch.append((seq, num_new))
         budget -= num_new
     return batch
