@@ -53,8 +53,10 @@ worth less; what remains is ordered by the leftover order and sorted lexicograph
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 
@@ -230,16 +232,12 @@ class _Greedy:
                 free = [u for u, s in zip(child_rest, same_g, strict=True) if not s]
                 start = len(self.out_rows)
                 self.solve(group, free, prefix + lead, depth + 1)
-                first = self.row_lists[self.out_rows[start]]
-                segments.append(
-                    (tuple(first[u] for u in self.stats_cols), start, len(self.out_rows))
-                )
+                segments.append(self._segment(start))
             alive[taken] = False
             hit = slot[taken].ravel()
             hit = hit[hit >= 0]
-            np.subtract.at(cnt, hit, 1.0)
-            touched = np.unique(hit)
-            score[touched] = wts[touched] * np.maximum(cnt[touched] - 1, 0)
+            cnt -= np.bincount(hit, minlength=len(cnt))
+            np.multiply(wts, np.maximum(cnt - 1, 0), out=score)
             best = np.maximum.reduceat(score, off[:-1])
         self._sort_segments(node_start, segments)
         self.emit_fallback(rows[alive], prefix, rest)
@@ -254,6 +252,13 @@ class _Greedy:
         keep = alive[members]
         counts = np.bincount(np.repeat(np.arange(len(picked)), sizes)[keep], minlength=len(picked))
         return members[keep], np.concatenate(([0], np.cumsum(counts)))
+
+    def _segment(self, start: int) -> tuple[tuple[int, ...], int, int]:
+        """(sort key, start, end) of the rows emitted since `start`: the key is the first
+        row's codes in leftover order (the node's prefix fields, equal in all its groups,
+        do not change how its segments compare)."""
+        first = self.row_lists[self.out_rows[start]]
+        return tuple(first[u] for u in self.stats_cols), start, len(self.out_rows)
 
     def _sort_segments(self, start: int, segments: list) -> None:
         """Put a node's groups in the order leftover-order sorting would give their first
@@ -274,38 +279,43 @@ class _Greedy:
         return self.weight_lists[u]
 
     def solve_small(self, rows: list[int], rest: list[int], prefix: tuple[int, ...], depth: int):
-        table = [[self.row_lists[r][u] for u in rest] for r in rows]
-        self._small(
-            list(zip(rows, table, strict=True)), list(range(len(rest))), rest, prefix, depth
-        )
+        cells = itemgetter(*rest)
+        table = [cells(self.row_lists[r]) for r in rows]
+        cols = list(range(len(rest)))
+        self._small(list(zip(rows, table, strict=True)), cols, cols, rest, prefix, depth)
 
-    def _small(self, items, cols: list[int], rest: list[int], prefix, depth: int):
-        """items: (row, codes over `rest`); cols: positions in that tuple still free. The
-        greedy, until at most `EXACT_ROWS` rows are left: those are solved exactly."""
+    def _small(self, items, cols: list[int], live: list[int], rest: list[int], prefix, depth):
+        """items: (row, codes over `rest`); cols: positions in that tuple still free; live:
+        those of `cols` that may still hold a repeated value (a field whose values are all
+        distinct in a sub-table is so in every part of it). The greedy, until at most
+        `EXACT_ROWS` rows are left: those are solved exactly."""
         if len(items) == 2 and self.config.max_depth is None:
             self._pair(items, cols, rest, prefix)
             return
-        node_start, segments, vals_of = len(self.out_rows), [], dict(items)
-        in_stats_order = sorted(range(len(rest)), key=lambda c: self.rank[rest[c]])
+        node_start, segments = len(self.out_rows), []
         while len(items) > 1 and len(cols) > 1 and not self._stopped(depth):
             start = len(self.out_rows)
-            if len(items) <= EXACT_ROWS and self.exact and self._exact(items, cols, rest, prefix):
-                head = vals_of[self.out_rows[start]]
-                segments.append((tuple(head[c] for c in in_stats_order), start, len(self.out_rows)))
+            if (
+                len(items) <= EXACT_ROWS
+                and self.exact
+                and len(live) > 1
+                and self._exact(items, cols, live, rest, prefix)
+            ):
+                segments.append(self._segment(start))
                 items = []
                 break
-            best_s, best_c, best_v = self._best_value(items, cols, rest)
+            best_s, best_c, best_v, live = self._best_value(items, live, rest)
             if best_c < 0:
                 break
             group = [it for it in items if it[1][best_c] == best_v]
             items = [it for it in items if it[1][best_c] != best_v]
             first = group[0][1]
-            same = [c for c in cols if c != best_c and all(it[1][c] == first[c] for it in group)]
+            # A field constant over 2+ rows repeats a value: it is among `live`.
+            same = [c for c in live if c != best_c and all(it[1][c] == first[c] for it in group)]
             free = [c for c in cols if c != best_c and c not in same]
             lead = self._lead([rest[c] for c in [best_c, *same]], group[0][0])
-            self._small(group, free, rest, prefix + lead, depth + 1)
-            head = vals_of[self.out_rows[start]]
-            segments.append((tuple(head[c] for c in in_stats_order), start, len(self.out_rows)))
+            self._small(group, free, [c for c in live if c in free], rest, prefix + lead, depth + 1)
+            segments.append(self._segment(start))
         self._sort_segments(node_start, segments)
         cols = sorted(cols, key=lambda c: self.rank[rest[c]])
         if len(items) > 1:
@@ -313,33 +323,37 @@ class _Greedy:
         if items:
             self._emit([row for row, _ in items], prefix + tuple(rest[c] for c in cols))
 
-    def _best_value(self, items, cols: list[int], rest: list[int]):
-        """(HITCOUNT, c, v) of the best value; ties go to the earlier field's smaller value."""
+    def _best_value(self, items, live: list[int], rest: list[int]):
+        """(HITCOUNT, c, v) of the best value among the `live` positions, ties to the earlier
+        field's smaller value, and the positions of `live` holding a repeated value."""
         best_s, best_c, best_v = self.threshold, -1, -1
         columns = list(zip(*[vals for _, vals in items], strict=True))
-        for c in cols:
+        repeated = []
+        for c in live:
+            counts = Counter(columns[c])
+            if len(counts) == len(items):
+                continue
+            repeated.append(c)
             w = self._weights(rest[c])
-            counts: dict[int, int] = {}
-            for v in columns[c]:
-                counts[v] = counts.get(v, 0) + 1
             for v, n in counts.items():
                 if n > 1:
                     s = w[v] * (n - 1)
                     if s > best_s or (s == best_s and c == best_c and v < best_v):
                         best_s, best_c, best_v = s, c, v
-        return best_s, best_c, best_v
+        return best_s, best_c, best_v, repeated
 
-    def _exact(self, items, cols: list[int], rest: list[int], prefix) -> bool:
-        """Emit the PHC optimum of a small sub-table (`leaf.exact_runs`): each row led by
-        the cells of its runs, then its other fields in leftover order. False (nothing
-        emitted) where the sub-table is beyond `leaf.MAX_CELLS`."""
-        units = [rest[c] for c in cols]
+    def _exact(self, items, cols: list[int], live: list[int], rest: list[int], prefix) -> bool:
+        """Emit the PHC optimum of a small sub-table (`leaf.exact_runs` over the `live`
+        positions; the others earn nothing): each row led by the cells of its runs, then its
+        other fields in leftover order. False (nothing emitted) where the sub-table is beyond
+        `leaf.MAX_CELLS`."""
+        searched = [rest[c] for c in live]
         found = exact_runs(
-            [[vals[c] for c in cols] for _, vals in items], list(map(self._weights, units))
+            [[vals[c] for c in live] for _, vals in items], list(map(self._weights, searched))
         )
         if found is None:
             return False
-        ranked = sorted(range(len(units)), key=lambda c: self.rank[units[c]])
+        ranked = sorted((rest[c] for c in cols), key=self.rank.__getitem__)
         batch: list[int] = []
         last, order = None, prefix
         for k, lead in found[1]:
@@ -347,8 +361,8 @@ class _Greedy:
                 if batch:
                     self._emit(batch, order)
                 batch, last = [], lead
-                tail = tuple(units[c] for c in ranked if c not in lead)
-                order = prefix + tuple(units[c] for c in lead) + tail
+                head = tuple(searched[c] for c in lead)
+                order = prefix + head + tuple(u for u in ranked if u not in head)
             batch.append(items[k][0])
         self._emit(batch, order)
         return True

@@ -39,48 +39,52 @@ def exact_runs(table: Sequence[Sequence[int]], weights: Sequence[Sequence[float]
     # groups[k]: (row mask, weight) of each value held by 2+ rows in field fields[k].
     fields, groups = [], []
     for c, column in enumerate(zip(*table, strict=True)):
+        if len(set(column)) == n:
+            continue
         masks: dict[int, int] = {}
         for r, v in enumerate(column):
             masks[v] = masks.get(v, 0) | 1 << r
         found = [(mask, weights[c][v]) for v, mask in masks.items() if mask & (mask - 1)]
-        if found:
-            fields.append(c)
-            groups.append(found)
+        fields.append(c)
+        groups.append(found)
     m = len(fields)
     if n * m > MAX_CELLS:
         return None
-    memo: dict[tuple[int, int], tuple[float, tuple | None]] = {}
+    flat = [(1 << k, mask, w) for k in range(m) for mask, w in groups[k]]
+    facts: dict[int, tuple[float, int, int, float]] = {}
+    memo: dict[int, tuple[float, tuple | None]] = {}
+
+    def state(rows: int, cols: int) -> tuple[float, int, int, float]:
+        """(gain of the fields constant over `rows`, those fields, the fields with a
+        repeated value but not constant, their total HITCOUNT) among `cols`."""
+        key = rows << m | cols
+        found = facts.get(key)
+        if found is None:
+            size = rows.bit_count()
+            const_gain, const, useful, bound = 0.0, 0, 0, 0.0
+            for bit, mask, w in flat:
+                if cols & bit:
+                    inside = (mask & rows).bit_count()
+                    if inside == size:
+                        const_gain += w * (size - 1)
+                        const |= bit
+                    elif inside > 1:
+                        useful |= bit
+                        bound += w * (inside - 1)
+            found = facts[key] = (const_gain, const, useful, bound)
+        return found
 
     def upper(rows: int, cols: int) -> float:
         """Total HITCOUNT of `rows` over `cols`: no schedule of them earns more."""
-        total = 0.0
-        for k in range(m):
-            if cols >> k & 1:
-                for mask, w in groups[k]:
-                    inside = (mask & rows).bit_count()
-                    if inside > 1:
-                        total += w * (inside - 1)
-        return total
+        const_gain, _, _, bound = state(rows, cols)
+        return const_gain + bound
 
     def solve(rows: int, cols: int) -> float:
-        key = (rows, cols)
+        key = rows << m | cols
         hit = memo.get(key)
         if hit is not None:
             return hit[0]
-        size = rows.bit_count()
-        const_gain, const, useful, bound = 0.0, 0, 0, 0.0
-        for k in range(m):
-            if not cols >> k & 1:
-                continue
-            for mask, w in groups[k]:
-                inside = (mask & rows).bit_count()
-                if inside == size:
-                    const_gain += w * (size - 1)
-                    const |= 1 << k
-                    break
-                if inside > 1:
-                    useful |= 1 << k
-                    bound += w * (inside - 1)
+        const_gain, const, useful, bound = state(rows, cols)
         if const:
             best = (const_gain + solve(rows, useful), ("const", const, useful))
         elif not useful:
@@ -119,7 +123,7 @@ def exact_runs(table: Sequence[Sequence[int]], weights: Sequence[Sequence[float]
         return best if best[0] >= alone else (alone, ("alone", rest, useful))
 
     def plan(rows: int, cols: int) -> Plan:
-        choice = memo.get((rows, cols), (0.0, None))[1]
+        choice = memo.get(rows << m | cols, (0.0, None))[1]
         if choice is None:
             return [(r, ()) for r in range(n) if rows >> r & 1]
         if choice[0] == "const":
