@@ -23,8 +23,9 @@ remain ungrouped - whose rows x fields-with-a-repeated-value stay within
 `leaf.MAX_CELLS` (40) gets the PHC optimum (`leaf.exact_runs`), which may split a value's
 rows (the greedy never does; on random 7 x 4 tables its worst was 0.86 of the optimum).
 Each such search is bounded (at most 2^8 row sets x 2^fields field sets, pruned by
-HITCOUNT bounds); measured on the 28k x 10 skewed table: 4.4k leaves, ~0.2 s CPU, char hit
-rate 62.098% -> 62.114%; they are off under early stopping (`max_depth`, `min_score`).
+HITCOUNT bounds); measured on the 28k x 10 skewed table: 4.3k leaves, ~0.2 s CPU, char hit
+rate 62.095% -> 62.114% (leaves with at most one field still repeating are left to the
+greedy, which reaches their optimum); they are off under early stopping (`max_depth`, `min_score`).
 
 Invariant: the result is a valid schedule (every row once, each row's fields a permutation).
 

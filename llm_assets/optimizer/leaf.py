@@ -17,7 +17,8 @@ checks two implementations against each other. The cuts keep it exact:
 Cost: at most 2^rows x 2^fields states, each trying up to 2^(rows-1) runs per field; only
 fields with a repeated value count, and tables above `MAX_CELLS` (rows x such fields) are
 refused, so one call is bounded (8 rows x 4 fields: at most a few thousand states; measured
-median 78 states on random 7 x 4 tables, 5 on the leaves of a 28k x 10 skewed table).
+median 78 states on random 7 x 4 tables; on the 4.3k leaves of a 28k x 10 skewed table
+median 6, 99th percentile 108, at most 215).
 """
 
 from __future__ import annotations
@@ -123,18 +124,27 @@ def exact_runs(table: Sequence[Sequence[int]], weights: Sequence[Sequence[float]
         return best if best[0] >= alone else (alone, ("alone", rest, useful))
 
     def plan(rows: int, cols: int) -> Plan:
-        choice = memo.get(rows << m | cols, (0.0, None))[1]
-        if choice is None:
-            return [(r, ()) for r in range(n) if rows >> r & 1]
-        if choice[0] == "const":
-            lead = tuple(fields[k] for k in range(m) if choice[1] >> k & 1)
-            return [(r, lead + more) for r, more in plan(rows, choice[2])]
-        if choice[0] == "alone":
-            first = (rows & -rows).bit_length() - 1
-            return [(first, ()), *plan(choice[1], choice[2])]
-        _, k, run, inner, useful = choice
-        head = [(r, (fields[k], *lead)) for r, lead in plan(run, inner)]
-        return head + plan(rows ^ run, useful)
+        """The rows of the state in schedule order, each with its lead, from the choices
+        `solve` memoised (a stack of states still to lay out, each with the lead its
+        enclosing runs give it)."""
+        out: Plan = []
+        todo = [(rows, cols, ())]
+        while todo:
+            rows, cols, lead = todo.pop()
+            choice = memo.get(rows << m | cols, (0.0, None))[1]
+            if choice is None:
+                out.extend((r, lead) for r in range(n) if rows >> r & 1)
+            elif choice[0] == "const":
+                const = tuple(fields[k] for k in range(m) if choice[1] >> k & 1)
+                todo.append((rows, choice[2], lead + const))
+            elif choice[0] == "alone":
+                out.append(((rows & -rows).bit_length() - 1, lead))
+                todo.append((choice[1], choice[2], lead))
+            else:
+                _, k, run, inner, useful = choice
+                todo.append((rows ^ run, useful, lead))
+                todo.append((run, inner, (*lead, fields[k])))
+        return out
 
     everything = ((1 << n) - 1, (1 << m) - 1)
     return solve(*everything), plan(*everything)
