@@ -1,3 +1,5 @@
+import gc
+
 import numpy as np
 from hypothesis import given, settings
 
@@ -56,3 +58,16 @@ def test_exact_leaf_refuses_tables_beyond_its_cells():
     assert exact_runs(codes, [[1.0]] * 6) is None
     distinct = [[r] * 6 for r in range(8)]  # nothing repeats: 0 cells to search
     assert exact_runs(distinct, [[1.0] * 8] * 6) == (0.0, [(r, ()) for r in range(8)])
+
+
+def test_exact_leaf_leaves_no_reference_cycle():
+    """GGR runs thousands of leaves: their memo must go with reference counting, not wait
+    for the cyclic collector (measured ~10% of GGR's time when it did)."""
+    table = [[0, 1, 0], [0, 1, 1], [1, 1, 0], [1, 2, 1]]
+    gc.collect()
+    gc.disable()
+    try:
+        assert exact_runs(table, [[4.0, 4.0], [1.0, 9.0, 9.0], [1.0, 1.0]]) is not None
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
