@@ -179,16 +179,11 @@ class _Greedy:
         # count / weight / score arrays (slot off[j] is a zero, so no segment is empty).
         inv, cand, cnt, wts = [], [], [], []
         for u in rest:
-            uniq, inverse, counts = np.unique(
-                codes[rows, u], return_inverse=True, return_counts=True
-            )
-            keep = counts > 1
-            local = np.cumsum(keep) - 1
-            local[~keep] = -1
-            cand.append(uniq[keep])
-            inv.append(local[inverse])
-            cnt.append(np.concatenate(([0.0], counts[keep])))
-            wts.append(np.concatenate(([0.0], self.units.weights[u][uniq[keep]])))
+            repeated, local, counts = _repeated_values(codes[rows, u], len(self.units.weights[u]))
+            cand.append(repeated)
+            inv.append(local)
+            cnt.append(np.concatenate(([0.0], counts)))
+            wts.append(np.concatenate(([0.0], self.units.weights[u][repeated])))
         off = np.concatenate(([0], np.cumsum([len(x) for x in cnt])))
         cnt, wts = np.concatenate(cnt), np.concatenate(wts)
         score = wts * np.maximum(cnt - 1, 0)
@@ -396,6 +391,23 @@ class _Greedy:
 
     def _stopped(self, depth: int) -> bool:
         return self.config.max_depth is not None and depth >= self.config.max_depth
+
+
+def _repeated_values(column: np.ndarray, num_values: int):
+    """(the codes held by 2+ rows of `column`, ascending; each row's index among them or
+    -1; their counts) for codes in range(num_values): counted by `bincount` where the
+    code range is within a few times the rows (no sort), else by `unique`."""
+    if num_values <= 4 * len(column):
+        counts = np.bincount(column, minlength=num_values)
+        keep = counts > 1
+        repeated = np.flatnonzero(keep)
+        local = np.where(keep[column], np.cumsum(keep)[column] - 1, -1)
+        return repeated, local, counts[repeated]
+    uniq, inverse, counts = np.unique(column, return_inverse=True, return_counts=True)
+    keep = counts > 1
+    local = np.cumsum(keep) - 1
+    local[~keep] = -1
+    return uniq[keep], local[inverse], counts[keep]
 
 
 def ggr_schedule(
