@@ -4,11 +4,12 @@ import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llm_assets.data.skewed import skewed_table
 from llm_assets.optimizer import GGRConfig, reorder
 from llm_assets.optimizer.column_stats import column_stats_schedule
-from llm_assets.optimizer.ggr import SMALL_NODE, detect_fds, ggr_schedule
+from llm_assets.optimizer.ggr import SMALL_NODE, _repeated_values, detect_fds, ggr_schedule
 from llm_assets.optimizer.metrics import char_hit_rate, phc, row_strings, token_hit_rate
 from llm_assets.optimizer.ophr import ophr
 from llm_assets.optimizer.schedule import validate_schedule
@@ -234,3 +235,19 @@ def test_with_a_tokenizer_ggr_never_loses_in_token_hit_rate(frame):
     for other in ("original", "column_stats"):
         assert rate(best) >= rate(reorder(enc, method=other))
     assert rate(best) >= rate(ggr_schedule(enc))
+
+
+@given(st.lists(st.integers(0, 30), max_size=40), st.integers(0, 200))
+@settings(max_examples=200, deadline=None)
+def test_repeated_values_by_bincount_or_unique_agree_with_a_count(values, extra):
+    """Both ways of counting a node's values (bincount over the code range, or a sort where
+    that range is far larger than the node) give the repeated codes, each row's index among
+    them and their counts."""
+    column = np.array(values, dtype=np.int32)
+    num_values = max(values, default=-1) + 1 + extra  # small extra: bincount; large: unique
+    counts = {v: values.count(v) for v in values}
+    repeated = sorted(v for v, k in counts.items() if k > 1)
+    found, local, found_counts = _repeated_values(column, num_values)
+    assert found.tolist() == repeated
+    assert local.tolist() == [repeated.index(v) if v in repeated else -1 for v in values]
+    assert found_counts.tolist() == [counts[v] for v in repeated]
