@@ -217,9 +217,11 @@ class _Greedy:
             taken, bounds = self._groups(order, starts, picked, alive)
             group_rows = rows[taken]
             block = codes[group_rows[:, None], child_rest]
-            heads = block[bounds[:-1]]
-            same = np.repeat(heads, np.diff(bounds), axis=0) == block
-            constant = np.logical_and.reduceat(same, bounds[:-1], axis=0).tolist()
+            if len(bounds) == 2:
+                constant = [(block == block[0]).all(axis=0).tolist()]
+            else:
+                same = np.repeat(block[bounds[:-1]], np.diff(bounds), axis=0) == block
+                constant = np.logical_and.reduceat(same, bounds[:-1], axis=0).tolist()
             group_rows = group_rows.tolist()
             for g, same_g in enumerate(constant):
                 group = group_rows[bounds[g] : bounds[g + 1]]
@@ -243,6 +245,10 @@ class _Greedy:
     @staticmethod
     def _groups(order: np.ndarray, starts: np.ndarray, picked: np.ndarray, alive: np.ndarray):
         """(positions of the alive rows of each picked value, concatenated; group bounds)."""
+        if len(picked) == 1:  # most rounds take one value
+            members = order[starts[picked[0]] : starts[picked[0] + 1]]
+            members = members[alive[members]]
+            return members, np.array([0, len(members)])
         lo, hi = starts[picked], starts[picked + 1]
         sizes = hi - lo
         index = np.repeat(lo - np.concatenate(([0], np.cumsum(sizes[:-1]))), sizes)
