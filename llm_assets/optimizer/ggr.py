@@ -353,9 +353,8 @@ class _Greedy:
         other fields in leftover order. False (nothing emitted) where the sub-table is beyond
         `leaf.MAX_CELLS`."""
         searched = [rest[c] for c in live]
-        found = exact_runs(
-            [[vals[c] for c in live] for _, vals in items], list(map(self._weights, searched))
-        )
+        columns = list(zip(*[vals for _, vals in items], strict=True))
+        found = exact_runs([columns[c] for c in live], list(map(self._weights, searched)))
         if found is None:
             return False
         ranked = sorted((rest[c] for c in cols), key=self.rank.__getitem__)

@@ -31,15 +31,18 @@ MAX_CELLS = 40
 Plan = list[tuple[int, tuple[int, ...]]]
 
 
-def exact_runs(table: Sequence[Sequence[int]], weights: Sequence[Sequence[float]]):
-    """(optimal PHC, plan) of `table` (rows of value codes, one per field), `weights[c][v]`
-    the weight of value v in field c; None when the table is beyond `MAX_CELLS`. The plan
-    lists (row, lead) in schedule order: each row leads with the fields in `lead` (in that
-    order); its other fields may follow in any order."""
-    n = len(table)
+def exact_runs(columns: Sequence[Sequence[int]], weights: Sequence[Sequence[float]]):
+    """(optimal PHC, plan) of the table whose fields hold the value codes `columns` (one
+    sequence per field, all of the rows' length), `weights[c][v]` the weight of value v in
+    field c; None when the table is beyond `MAX_CELLS`. The plan lists (row, lead) in
+    schedule order: each row leads with the fields in `lead` (in that order); its other
+    fields may follow in any order."""
+    n = len(columns[0]) if columns else 0
+    if any(len(column) != n for column in columns):
+        raise ValueError("exact_runs: the columns must have one value per row each")
     # groups[k]: (row mask, weight) of each value held by 2+ rows in field fields[k].
     fields, groups = [], []
-    for c, column in enumerate(zip(*table, strict=True)):
+    for c, column in enumerate(columns):
         if len(set(column)) == n:
             continue
         masks: dict[int, int] = {}

@@ -1,6 +1,7 @@
 import gc
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 
 from llm_assets.optimizer.leaf import MAX_CELLS, exact_runs
@@ -13,7 +14,7 @@ from tests.llm_assets.optimizer.strategies import STRING_CELLS, tables
 
 def run_leaf(enc):
     weights = [(enc.lengths[j] ** 2).tolist() for j in range(len(enc.fields))]
-    return exact_runs(enc.codes.tolist(), weights)
+    return exact_runs(enc.codes.T.tolist(), weights)
 
 
 def as_schedule(enc, plan) -> Schedule:
@@ -54,16 +55,21 @@ def test_exact_leaf_reaches_ophr_on_mixed_cells(frame):
 
 
 def test_exact_leaf_refuses_tables_beyond_its_cells():
-    codes = np.zeros((8, 6), dtype=int).tolist()  # 8 rows x 6 repeated fields = 48 cells
+    codes = np.zeros((6, 8), dtype=int).tolist()  # 8 rows x 6 repeated fields = 48 cells
     assert exact_runs(codes, [[1.0]] * 6) is None
-    distinct = [[r] * 6 for r in range(8)]  # nothing repeats: 0 cells to search
+    distinct = [list(range(8))] * 6  # nothing repeats: 0 cells to search
     assert exact_runs(distinct, [[1.0] * 8] * 6) == (0.0, [(r, ()) for r in range(8)])
+
+
+def test_exact_leaf_refuses_columns_of_different_lengths():
+    with pytest.raises(ValueError, match="one value per row"):
+        exact_runs([[0, 0], [0, 0, 1]], [[1.0, 1.0]] * 2)
 
 
 def test_exact_leaf_leaves_no_reference_cycle():
     """GGR runs thousands of leaves: their memo must go with reference counting, not wait
     for the cyclic collector (measured ~10% of GGR's time when it did)."""
-    table = [[0, 1, 0], [0, 1, 1], [1, 1, 0], [1, 2, 1]]
+    table = [[0, 0, 1, 1], [1, 1, 1, 2], [0, 1, 0, 1]]  # 3 fields x 4 rows
     gc.collect()
     gc.disable()
     try:
