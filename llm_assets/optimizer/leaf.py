@@ -12,7 +12,8 @@ checks two implementations against each other. The cuts keep it exact:
   the front of every row keeps each neighbour pair's common prefix and adds that cell;
 - a state's total HITCOUNT (`bound.phc_upper_bound` on its rows) bounds what it can earn:
   a run whose gain plus the bounds of its two parts cannot beat the best found is skipped,
-  and the search of a state stops when it reaches its bound.
+  so is the lowest row alone when the other rows' bound cannot, and the search of a state
+  stops when it reaches its bound.
 
 Cost: at most 2^rows x 2^fields states, each trying up to 2^(rows-1) runs per field; only
 fields with a repeated value count, and tables above `MAX_CELLS` (rows x such fields) are
@@ -100,7 +101,8 @@ def exact_runs(columns: Sequence[Sequence[int]], weights: Sequence[Sequence[floa
 
     def search(rows: int, useful: int, bound: float) -> tuple[float, tuple]:
         """Best plan of `rows` (no constant field): runs holding the lowest row, each
-        field's largest run first, then that row alone; stops on reaching `bound`."""
+        field's largest run first, then that row alone (unless the other rows' bound cannot
+        beat the best run); stops on reaching `bound`."""
         first = rows & -rows
         rest = rows ^ first
         best: tuple = (-1.0, None)
@@ -123,6 +125,8 @@ def exact_runs(columns: Sequence[Sequence[int]], weights: Sequence[Sequence[floa
                                 return best
                     sub = (sub - 1) & mates
                 break
+        if upper(rest, useful) <= best[0]:  # that row alone cannot do better
+            return best
         alone = solve(rest, useful)
         return best if best[0] >= alone else (alone, ("alone", rest, useful))
 
