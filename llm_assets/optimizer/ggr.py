@@ -271,8 +271,11 @@ class _Greedy:
         if len(segments) < 2:
             return
         segments.sort(key=lambda seg: seg[0])
-        rows = [r for _, a, b in segments for r in self.out_rows[a:b]]
-        ids = [i for _, a, b in segments for i in self.out_order_ids[a:b]]
+        rows: list[int] = []
+        ids: list[int] = []
+        for _, a, b in segments:
+            rows += self.out_rows[a:b]
+            ids += self.out_order_ids[a:b]
         self.out_rows[start:] = rows
         self.out_order_ids[start:] = ids
 
@@ -322,8 +325,9 @@ class _Greedy:
             segments.append(self._segment(start))
         self._sort_segments(node_start, segments)
         cols = sorted(cols, key=lambda c: self.rank[rest[c]])
-        if len(items) > 1:
-            items.sort(key=lambda it: [it[1][c] for c in cols])
+        if len(items) > 1 and cols:
+            key = itemgetter(*cols)
+            items.sort(key=lambda it: key(it[1]))
         if items:
             self._emit([row for row, _ in items], prefix + tuple(rest[c] for c in cols))
 
