@@ -11,7 +11,10 @@ with a hand-written column merge where the table has exact functional dependenci
 `ggr` (the product's `reorder`, safety net included; `method_used` says which candidate won).
 
 Per method: `seconds` (median over `--repeat` runs of encode + reorder, file reading excluded;
-one run on tables above 100k rows), `char_hit_rate`, `token_hit_rate`
+one run on tables above 100k rows) and `cpu_seconds` (the same runs' CPU time; wall minus CPU
+is time spent waiting for a core; `load_average` is this machine's 1-minute load when each
+table started and ended: the cores are shared with other tenants, whose load it does not
+show, so equal runs vary by tens of percent), `char_hit_rate`, `token_hit_rate`
 (`benchmarks.lib.tokens`: the simulator's block cache, Llama 3 tokenizer when present; skipped
 above `--token-rows` rows) and `phc`; the authors' port is skipped above `--authors-rows`.
 Per table: the upper bounds of `optimizer.bound` and GGR / bound. Each table runs in a
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import resource
 import statistics
 import subprocess
@@ -63,12 +67,15 @@ def load(spec: str):
 
 
 def timed(run, repeat: int):
-    times, result = [], None
+    """(last result, median wall seconds, median CPU seconds of this process) over `repeat`
+    runs."""
+    walls, cpus, result = [], [], None
     for _ in range(repeat):
-        started = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         result = run()
-        times.append(time.perf_counter() - started)
-    return result, round(statistics.median(times), 4)
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return result, round(statistics.median(walls), 4), round(statistics.median(cpus), 4)
 
 
 def measure(spec: str, repeat: int, token_rows: int, authors_rows: int) -> dict:
@@ -79,6 +86,7 @@ def measure(spec: str, repeat: int, token_rows: int, authors_rows: int) -> dict:
     from llm_assets.optimizer.bound import char_hit_upper_bound, phc_upper_bound
     from llm_assets.optimizer.metrics import char_hit_rate, phc
 
+    load_average = os.getloadavg()[0]
     name, table = load(spec)
     base = name.rsplit("_", 1)[0] if spec.startswith("shape:") else name
     enc = encode(table)
@@ -96,8 +104,9 @@ def measure(spec: str, repeat: int, token_rows: int, authors_rows: int) -> dict:
     tokens = RowTokens(enc, default_tokenizer().encode) if enc.num_rows <= token_rows else None
     methods = {}
     for method, run in runs.items():
-        schedule, seconds = timed(run, 1 if slow else repeat)
-        m = {"seconds": seconds, "char_hit_rate": round(char_hit_rate(enc, schedule), 4)}
+        schedule, seconds, cpu_seconds = timed(run, 1 if slow else repeat)
+        m = {"seconds": seconds, "cpu_seconds": cpu_seconds}
+        m["char_hit_rate"] = round(char_hit_rate(enc, schedule), 4)
         if tokens is not None:
             m["token_hit_rate"] = round(token_hit_rate(tokens.rows(schedule)), 4)
         m["phc"] = phc(enc, schedule)
@@ -124,6 +133,7 @@ def measure(spec: str, repeat: int, token_rows: int, authors_rows: int) -> dict:
         },
         "ggr_never_loses": ggr["char_hit_rate"] >= max(others),
         "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "load_average": [round(load_average, 2), round(os.getloadavg()[0], 2)],
     }
 
 
@@ -143,8 +153,8 @@ def _pct(value) -> str:
 
 def markdown(results: list[dict], scaling: dict | None) -> str:
     lines = [
-        "| table | rows x cols | method | char hit rate | token hit rate | PHC | seconds |",
-        "|---|---|---|---|---|---|---|",
+        "| table | rows x cols | method | char hit rate | token hit rate | PHC | seconds | CPU s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         for method, m in r["methods"].items():
@@ -152,25 +162,29 @@ def markdown(results: list[dict], scaling: dict | None) -> str:
             lines.append(
                 f"| {r['table']} | {r['rows']:,} x {r['columns']} | {label} | "
                 f"{_pct(m['char_hit_rate'])} | {_pct(m.get('token_hit_rate'))} | "
-                f"{m['phc']:.3g} | {m['seconds']:.3f} |"
+                f"{m['phc']:.3g} | {m['seconds']:.3f} | {m['cpu_seconds']:.3f} |"
             )
         if r["table"] in PUBLISHED:
             a = PUBLISHED[r["table"]]
             lines.append(
                 f"| {r['table']} | | authors' own code (published) | "
-                f"{_pct(a['char_hit_rate'])} | | | {a['seconds']} |"
+                f"{_pct(a['char_hit_rate'])} | | | {a['seconds']} | |"
             )
         b, g = r["bound"], r["ggr_over_bound"]
         lines.append(
             f"| {r['table']} | | upper bound (GGR / bound) | {_pct(b['char_hit_rate'])} "
-            f"({_pct(g['char_hit_rate'])}) | | {b['phc']:.3g} ({_pct(g['phc'])}) | |"
+            f"({_pct(g['char_hit_rate'])}) | | {b['phc']:.3g} ({_pct(g['phc'])}) | | |"
         )
     lines.append("")
-    lines.append("| table | GGR >= max(original, column_stats, authors) | max RSS MB |")
-    lines.append("|---|---|---|")
+    lines.append(
+        "| table | GGR >= max(original, column_stats, authors) | max RSS MB | load average |"
+    )
+    lines.append("|---|---|---|---|")
     for r in results:
+        start, end = r["load_average"]
         lines.append(
-            f"| {r['table']} | {'yes' if r['ggr_never_loses'] else 'NO'} | {r['max_rss_mb']:.0f} |"
+            f"| {r['table']} | {'yes' if r['ggr_never_loses'] else 'NO'} | "
+            f"{r['max_rss_mb']:.0f} | {start} -> {end} |"
         )
     if scaling:
         lines.append("")
