@@ -36,16 +36,22 @@ def deduped():
     return stages.run_dedup(rows, ["movie_info", "review_content"], dedup=True)
 
 
-def test_fail_policy_marks_the_row_and_never_sends_it():
-    plan = stages.run_plan(
+def planned(context_policy: str, max_prompt_tokens: int = 100) -> pd.DataFrame:
+    """Q1's plan of the two deduplicated rows, counting words as tokens."""
+    fields = ["movie_info", "review_content"]
+    return stages.run_plan(
         deduped(),
         CALL,
-        ["movie_info", "review_content"],
+        fields,
         "ggr",
-        max_prompt_tokens=100,
+        max_prompt_tokens=max_prompt_tokens,
         count_tokens=words,
-        context_policy="fail",
+        context_policy=context_policy,
     )
+
+
+def test_fail_policy_marks_the_row_and_never_sends_it():
+    plan = planned("fail")
     errors = plan["error"].dropna().tolist()
     assert len(errors) == 1
     assert "tokens, over the 100 the context window leaves" in errors[0]
@@ -58,15 +64,7 @@ def test_fail_policy_marks_the_row_and_never_sends_it():
 
 
 def test_truncate_policy_sends_a_marked_prompt_that_fits():
-    plan = stages.run_plan(
-        deduped(),
-        CALL,
-        ["movie_info", "review_content"],
-        "ggr",
-        max_prompt_tokens=100,
-        count_tokens=words,
-        context_policy="truncate",
-    )
+    plan = planned("truncate")
     assert plan["error"].isna().all() and plan["truncated"].sum() == 1
     cut = plan.loc[plan["truncated"], "prompt"].iloc[0]
     assert TRUNCATION_MARKER in cut and words(cut) <= 100
@@ -74,15 +72,7 @@ def test_truncate_policy_sends_a_marked_prompt_that_fits():
 
 
 def test_truncate_policy_fails_a_row_that_cannot_fit_at_all():
-    plan = stages.run_plan(
-        deduped(),
-        CALL,
-        ["movie_info", "review_content"],
-        "ggr",
-        max_prompt_tokens=5,
-        count_tokens=words,
-        context_policy="truncate",
-    )
+    plan = planned("truncate", max_prompt_tokens=5)
     assert plan["error"].notna().all()
     assert plan["error"].str.contains("even with the longest field cut to nothing").all()
 
