@@ -68,12 +68,16 @@ def test_exact_leaf_refuses_columns_of_different_lengths():
 
 def test_exact_leaf_leaves_no_reference_cycle():
     """GGR runs thousands of leaves: their memo must go with reference counting, not wait
-    for the cyclic collector (measured ~10% of GGR's time when it did)."""
+    for the cyclic collector (measured ~10% of GGR's time when it did). With the cycle,
+    each call left dozens of objects to it; other threads of a test session may leave a
+    few of their own meanwhile, so the check is on 100 calls."""
     table = [[0, 0, 1, 1], [1, 1, 1, 2], [0, 1, 0, 1]]  # 3 fields x 4 rows
+    weights = [[4.0, 4.0], [1.0, 9.0, 9.0], [1.0, 1.0]]
     gc.collect()
     gc.disable()
     try:
-        assert exact_runs(table, [[4.0, 4.0], [1.0, 9.0, 9.0], [1.0, 1.0]]) is not None
-        assert gc.collect() == 0
+        for _ in range(100):
+            assert exact_runs(table, weights) is not None
+        assert gc.collect() < 1000  # with the cycle: 6,500
     finally:
         gc.enable()
