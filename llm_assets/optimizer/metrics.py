@@ -103,8 +103,9 @@ def neighbour_lcps(strings: Sequence[str], block_chars: int = _BLOCK_CHARS) -> n
     """`common_prefix_len(strings[k], strings[k + 1])` for every k, vectorised: consecutive
     strings go into blocks of fixed-width arrays (numpy pads them with code point 0, which
     only extends a match past the shorter string, so each LCP is capped by the shorter
-    length) compared whole, row against next row. O(sum over blocks of rows x the block's
-    longest string) comparisons in C; a block holds as many rows as keep that product under
+    length) compared whole, row against next row (`_first_differences`: 8 characters at a
+    time where the block is ASCII). O(sum over blocks of rows x the block's longest string)
+    comparisons in C; a block holds as many rows as keep that product under
     `block_chars` (at least 2, so each pair meets in some block)."""
     n = len(strings)
     lengths = np.fromiter(map(len, strings), dtype=np.int64, count=n)
