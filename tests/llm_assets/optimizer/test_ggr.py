@@ -251,3 +251,20 @@ def test_repeated_values_by_bincount_or_unique_agree_with_a_count(values, extra)
     assert found.tolist() == repeated
     assert local.tolist() == [repeated.index(v) if v in repeated else -1 for v in values]
     assert found_counts.tolist() == [counts[v] for v in repeated]
+
+
+def test_identical_rows_beyond_an_exact_leaf_stay_together():
+    """Nine identical rows in a 13-row table: the greedy's group has no free field left
+    (every field leads it), and its rows must still come out, together."""
+    frame = pd.DataFrame(
+        {
+            "a": ["x"] * 9 + ["y", "y", "z", "z"],
+            "b": ["p"] * 9 + ["q", "r", "r", "q"],
+            "c": ["1"] * 9 + ["2", "3", "2", "3"],
+        }
+    )
+    schedule = ggr_schedule(frame, config=GGRConfig(fds=None))
+    validate_schedule(schedule, len(frame), list(frame.columns))
+    at = {row: k for k, row in enumerate(schedule.rows.tolist())}
+    places = sorted(at[r] for r in range(9))
+    assert places == list(range(places[0], places[0] + 9))
