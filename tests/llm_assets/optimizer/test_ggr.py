@@ -268,3 +268,24 @@ def test_identical_rows_beyond_an_exact_leaf_stay_together():
     at = {row: k for k, row in enumerate(schedule.rows.tolist())}
     places = sorted(at[r] for r in range(9))
     assert places == list(range(places[0], places[0] + 9))
+
+
+@given(
+    st.lists(st.integers(0, 5), min_size=1, max_size=30),
+    st.data(),
+)
+@settings(max_examples=200, deadline=None)
+def test_groups_gathers_the_alive_rows_of_each_picked_value(values, data):
+    """The array path's gather (one picked value, or several) against a plain loop: the
+    alive rows holding each picked value, value after value, with the group bounds."""
+    from llm_assets.optimizer.ggr import _Greedy
+
+    inv = np.array(values)
+    order = np.argsort(inv, kind="stable")
+    starts = np.searchsorted(inv[order], np.arange(7))
+    alive = np.array(data.draw(st.lists(st.booleans(), min_size=len(values), max_size=len(values))))
+    picked = np.array(data.draw(st.lists(st.integers(0, 5), min_size=1, max_size=3, unique=True)))
+    members, bounds = _Greedy._groups(order, starts, picked, alive)
+    expected = [[i for i in range(len(values)) if values[i] == p and alive[i]] for p in picked]
+    assert members.tolist() == [i for group in expected for i in group]
+    assert bounds.tolist() == np.cumsum([0, *map(len, expected)]).tolist()
