@@ -6,6 +6,7 @@ import pytest
 
 from llm_assets import llm_query_assets
 from llm_assets.pipeline import stages
+from tests.llm_assets.assets.frames import outputs_of, plan_and_deduped
 
 SQL = "SELECT r.id, LLM('Summarize {review}', r.review) AS s FROM reviews r"
 N = 4
@@ -18,18 +19,7 @@ def lineage_checks():
 
 
 def frames():
-    deduped = pd.DataFrame({stages.ROW: range(N), stages.INPUT: range(N), "_skip": [None] * N})
-    plan = pd.DataFrame(
-        {
-            "position": range(N),
-            stages.INPUT: range(N),
-            "request_id": [f"q:{i}" for i in range(N)],
-            "field_order": ["review"] * N,
-        }
-    )
-    outputs = pd.DataFrame(
-        {"request_id": plan["request_id"], "answer": ["a"] * N, "error": [None] * N}
-    )
+    plan, deduped = plan_and_deduped(N)
     base = pd.DataFrame({stages.ROW: range(N)})
     result = pd.DataFrame(
         {
@@ -39,7 +29,7 @@ def frames():
             "passed": [True] * N,
         }
     )
-    return deduped, plan, outputs, base, result
+    return deduped, plan, outputs_of(plan), base, result
 
 
 def test_plan_is_a_permutation_fails_on_a_repeated_position(lineage_checks):

@@ -13,21 +13,9 @@ from llm_assets.assets import checks
 from llm_assets.pipeline import stages
 from resources.engine import LLMEngine, Response, RunResult, RunStats
 from resources.llm_resources import LLMEngineResource
+from tests.llm_assets.assets.frames import outputs_of, plan_and_deduped
 
 SQL = "SELECT r.id, LLM('Summarize {review}', r.review) AS s FROM reviews r"
-
-
-def plan_and_deduped(n=4):
-    deduped = pd.DataFrame({stages.ROW: range(n), stages.INPUT: range(n), "_skip": [None] * n})
-    plan = pd.DataFrame(
-        {
-            "position": range(n),
-            stages.INPUT: range(n),
-            "request_id": [f"q:{i}" for i in range(n)],
-            "field_order": ["review"] * n,
-        }
-    )
-    return plan, deduped
 
 
 def test_plan_check_passes_on_a_permutation_and_fails_on_corruptions():
@@ -45,9 +33,7 @@ def test_plan_check_passes_on_a_permutation_and_fails_on_corruptions():
 @given(st.data())
 def test_response_check_catches_any_lost_duplicated_or_empty_row(data):
     plan, _ = plan_and_deduped(5)
-    outputs = pd.DataFrame(
-        {"request_id": plan["request_id"], "answer": ["a"] * 5, "error": [None] * 5}
-    )
+    outputs = outputs_of(plan)
     assert checks.response_problems(outputs, plan) == []
     corruption = data.draw(st.sampled_from(["drop", "duplicate", "empty", "stranger"]))
     i = data.draw(st.integers(0, 4))

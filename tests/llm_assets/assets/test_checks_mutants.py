@@ -10,6 +10,7 @@ from llm_assets.assets.definition import QueryDefinition
 from llm_assets.pipeline import stages
 from llm_assets.pipeline.options import QueryOptions
 from resources.expectations import GXValidator
+from tests.llm_assets.assets.frames import outputs_of
 
 
 def plan_and_deduped(n: int, inputs: list[int] | None = None):
@@ -25,13 +26,6 @@ def plan_and_deduped(n: int, inputs: list[int] | None = None):
         }
     )
     return plan, deduped
-
-
-def outputs_of(plan: pd.DataFrame) -> pd.DataFrame:
-    n = len(plan)
-    return pd.DataFrame(
-        {"request_id": plan["request_id"], "answer": ["a"] * n, "error": [None] * n}
-    )
 
 
 def test_plan_problems_one_at_a_time() -> None:
