@@ -9,7 +9,8 @@ a free port and returns once `/health` answers 200; `stop()` terminates it (then
 - `slots` parallel slots sharing a `slots * ctx_per_slot` context; the host-memory prompt
   cache is OFF by default (`cache_ram_mib=0`), so a slot's cache is the one prompt it last
   held, the simplest rule to predict (llama.cpp's default keeps up to 8 GiB of old prompts);
-- `metrics()` reads the Prometheus counters of `/metrics` (`llamacpp:` prefix removed), e.g.
+- `metrics()` reads the Prometheus counters of `/metrics` (`benchmarks.lib.prom`, the one
+  parser; `llamacpp:` prefix removed), e.g.
   `prompt_tokens_cached_total` (prompt tokens reused from a slot's cache, summed over every
   completion) and `prompt_tokens_total` (prompt tokens computed);
 - `tokenize(text)` is the server's own tokenization, without BOS.
@@ -23,6 +24,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from benchmarks.lib.prom import scrape
 
 ALIAS = "random-llama3"
 """The model name the server answers to (`--alias`)."""
@@ -145,13 +148,11 @@ class LlamaServer:
 
     def metrics(self) -> dict[str, float]:
         """Counters and gauges of `/metrics`, by name without the `llamacpp:` prefix."""
-        text = httpx.get(f"{self.url}/metrics", timeout=10.0).raise_for_status().text
-        values = {}
-        for line in text.splitlines():
-            if line.startswith("llamacpp:") and "{" not in line:
-                name, value = line.removeprefix("llamacpp:").split()
-                values[name] = float(value)
-        return values
+        return {
+            name.removeprefix("llamacpp:"): value
+            for name, value in scrape(f"{self.url}/metrics").items()
+            if name.startswith("llamacpp:")
+        }
 
     def tokenize(self, text: str) -> list[int]:
         reply = httpx.post(

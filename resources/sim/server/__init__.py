@@ -11,6 +11,7 @@ Modules, one job each:
 - `app.py`: routing, auth, `/v1/models`, the context-window check, replies (`SimApp`);
 - `stops.py`: stop strings (the answer ends before the first one);
 - `batcher.py`: admission in arrival order and coalesced batches, one engine run at a time;
+- `metrics.py`: `GET /metrics`, Prometheus text with vLLM's metric names (and the sim's clock);
 - `faults.py`: injected faults for completion calls (`FaultConfig`, `FaultInjector`);
 - `transport.py`: the threading HTTP server, `SimServer`, `serve_in_thread`, `build_engine`;
 - `__main__.py`: the command line, with a SIGTERM handler that shuts the server down cleanly.

@@ -1,7 +1,8 @@
 """`python -m resources.sim.server`: serve the simulated engine over HTTP until SIGTERM.
 
     python -m resources.sim.server --host 127.0.0.1 --port 8000 [--gpu L4] [--model llama-2-7b]
-        [--policy vllm-v1] [--no-prefix-cache] [--batch-window-ms 5] [--api-key KEY]
+        [--policy vllm-v1] [--no-prefix-cache] [--num-gpu-blocks-override N]
+        [--batch-window-ms 5] [--api-key KEY]
         [--api-key-env VAR] [--fault-rate 0.1 --fault-status 503] [--fault-latency-ms 200]
         [--fault-latency-jitter-ms 100] [--fault-hang-rate 0.05] [--fault-drop-rate 0.05]
         [--fault-malformed-rate 0.05] [--fault-seed 0]
@@ -23,6 +24,7 @@ import signal
 import time
 from collections.abc import Sequence
 
+from resources.engine import LLMEngine
 from resources.sim.server.app import ServerConfig
 from resources.sim.server.faults import FaultConfig
 from resources.sim.server.transport import SimServer, build_engine
@@ -47,6 +49,14 @@ def _parser() -> argparse.ArgumentParser:
         "--max-num-batched-tokens", type=int, default=None, help="token budget per iteration"
     )
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="default 0.9")
+    p.add_argument(
+        "--num-gpu-blocks-override",
+        type=int,
+        default=None,
+        metavar="N",
+        help="KV cache of N blocks of 16 tokens instead of the derived size (vLLM's flag; "
+        "block 0 is vLLM's null block, so N >= 2)",
+    )
     p.add_argument("--served-model-name", default=None, help="model name clients must send")
     p.add_argument(
         "--batch-window-ms",
@@ -145,6 +155,21 @@ def _api_key(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str |
     return key
 
 
+def _engine(args: argparse.Namespace) -> LLMEngine:
+    """The simulated engine the flags describe."""
+    return build_engine(
+        gpu=args.gpu,
+        model=args.model,
+        policy=args.policy,
+        enable_prefix_caching=not args.no_prefix_cache,
+        tokenizer=args.tokenizer,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        num_gpu_blocks_override=args.num_gpu_blocks_override,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -164,16 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    engine = build_engine(
-        gpu=args.gpu,
-        model=args.model,
-        policy=args.policy,
-        enable_prefix_caching=not args.no_prefix_cache,
-        tokenizer=args.tokenizer,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-    )
+    try:
+        engine = _engine(args)
+    except ValueError as exc:  # EngineConfig's one-line error naming the bad setting
+        parser.error(str(exc))
     config = ServerConfig(
         served_model_name=args.served_model_name or args.model,
         batch_window_s=args.batch_window_ms / 1000.0,
@@ -186,12 +205,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = _stop_on_signals()
     server.start()
     log.info(
-        "sim server on %s (gpu=%s model=%s policy=%s prefix_cache=%s faults=%s)",
+        "sim server on %s (gpu=%s model=%s policy=%s prefix_cache=%s kv_blocks=%s faults=%s)",
         server.base_url,
         args.gpu,
         args.model,
         args.policy,
         not args.no_prefix_cache,
+        getattr(engine, "num_kv_blocks", "?"),
         faults if faults.enabled else "off",
     )
     try:

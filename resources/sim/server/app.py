@@ -1,7 +1,8 @@
 """The application: a parsed HTTP request in, a `Reply` out (no sockets here).
 
 Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`, `GET /health`,
-`GET /sim/faults`. `/v1/*` needs `Authorization: Bearer <key>` when `ServerConfig.api_key` is
+`GET /metrics` (Prometheus text with vLLM's metric names, `metrics.py`; no key needed, as on
+vLLM), `GET /sim/faults`. `/v1/*` needs `Authorization: Bearer <key>` when `ServerConfig.api_key` is
 set (401 otherwise); an unknown route is 404, a wrong method 405, a `model` other than the served
 one 404 (vLLM's "The model `x` does not exist.").
 
@@ -37,6 +38,7 @@ from resources.engine import LLMEngine, Request, Response
 from resources.sim.server.batcher import EngineBatcher, EngineFailure
 from resources.sim.server.errors import ApiError, bad_request
 from resources.sim.server.faults import FaultConfig, FaultInjector
+from resources.sim.server.metrics import CONTENT_TYPE, ServedTotals, render
 from resources.sim.server.protocol import ParsedCall, parse_call
 from resources.sim.server.stops import cut_at_stop, tokens_through_stop
 
@@ -89,8 +91,12 @@ class Reply:
     fault: str | None = None
     """A wire fault the transport carries out instead of a plain reply: "hang", "drop" or
     "malformed" (status faults are plain replies)."""
+    text: str | None = None
+    """A plain-text body sent instead of `body` (its Content-Type goes in `headers`)."""
 
     def encoded(self) -> bytes:
+        if self.text is not None:
+            return self.text.encode("utf-8")
         return b"" if self.body is None else json.dumps(self.body).encode("utf-8")
 
 
@@ -179,6 +185,8 @@ class SimApp:
         self.created = int(time.time())
         self.faults = FaultInjector(self.config.faults)
         """The fault draws of this server (`faults.counts`; also `GET /sim/faults`)."""
+        self.served = ServedTotals(prefix_caching=engine.enable_prefix_caching is not False)
+        """Token totals of the replies sent (`GET /metrics`)."""
 
     def _next_id(self) -> int:
         with self._ids_lock:
@@ -199,6 +207,7 @@ class SimApp:
     def _route(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply:
         routes = {
             "/health": ("GET", self._health),
+            "/metrics": ("GET", self._metrics),
             "/v1/models": ("GET", self._models),
             "/sim/faults": ("GET", self._fault_counts),
             "/v1/completions": ("POST", self._completions),
@@ -223,6 +232,10 @@ class SimApp:
 
     def _health(self, headers: dict[str, str], body: bytes) -> Reply:
         return Reply(200, None)
+
+    def _metrics(self, headers: dict[str, str], body: bytes) -> Reply:
+        text = render(self.config.served_model_name, self.served, self.batcher.load())
+        return Reply(200, headers={"Content-Type": CONTENT_TYPE}, text=text)
 
     def _fault_counts(self, headers: dict[str, str], body: bytes) -> Reply:
         return Reply(200, self.faults.snapshot())
@@ -263,7 +276,9 @@ class SimApp:
         failed = [r for r in responses if r.error is not None]
         if failed:
             raise ApiError(400, f"the engine rejected the request: {failed[0].error}", "prompt")
-        return Reply(200, self._completion_body(call_id, call, responses, batch_size, chat=chat))
+        reply = self._completion_body(call_id, call, responses, batch_size, chat=chat)
+        self.served.add(responses, reply["usage"]["completion_tokens"])  # before the client sees it
+        return Reply(200, reply)
 
     def _request(self, request_id: str, prompt: str, call: ParsedCall) -> Request:
         """The engine request for one prompt: checked against the context window, and asking

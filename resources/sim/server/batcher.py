@@ -19,6 +19,11 @@ hit rate depends on how arrivals were cut into batches, as it does on a real vLL
 The dispatcher holds a batch only for the engine's own `run` (for the simulated engine, the wall
 time of simulating it, far below its simulated seconds); requests reach it already bounded by
 the context window (`app.py`), so no request can make a run unboundedly long.
+
+`load()` is what `/metrics` reads of the batcher (`BatcherLoad`): requests queued and in the
+batch being run, the engine seconds summed over every batch that returned (batches run one
+after another, so that sum is the replica's busy time on the engine's own clock), and the KV
+cache use the engine reported after the latest batch.
 """
 
 from __future__ import annotations
@@ -32,13 +37,42 @@ from dataclasses import dataclass, field
 
 from resources.engine import LLMEngine, Request, Response
 
-__all__ = ["EngineBatcher", "EngineFailure"]
+__all__ = ["BatcherLoad", "EngineBatcher", "EngineFailure"]
 
 log = logging.getLogger(__name__)
 
 
 class EngineFailure(RuntimeError):
     """The engine raised while serving a batch; every ticket of that batch gets it."""
+
+
+@dataclass(frozen=True)
+class BatcherLoad:
+    """One consistent reading of the batcher (taken under its lock)."""
+
+    running: int
+    """Requests in the batch the engine is running now (0 between batches)."""
+    waiting: int
+    """Requests queued behind it."""
+    engine_time_s: float
+    """`RunStats.engine_time_s` summed over every batch the engine returned (a batch whose
+    `run` raised adds nothing)."""
+    batches: int
+    """`engine.run` calls made, failed ones included."""
+    kv_cache_usage: float
+    """Share of the engine's usable KV blocks held by running requests after the latest
+    batch, as vLLM's `kv_cache_usage_perc` (cached but unreferenced blocks count as free);
+    0.0 for an engine without `cache_stats()`."""
+
+
+def kv_cache_usage(engine: LLMEngine) -> float:
+    """vLLM's `BlockPool.get_usage`: 1 - free / usable blocks (the null block is not usable)."""
+    cache_stats = getattr(engine, "cache_stats", None)
+    if cache_stats is None:
+        return 0.0
+    stats = cache_stats()
+    usable = stats["num_blocks"] - 1
+    return 1.0 - stats["num_free_blocks"] / usable if usable > 0 else 0.0
 
 
 @dataclass
@@ -70,6 +104,9 @@ class EngineBatcher:
         """How many `engine.run` calls were made (for tests and logs)."""
         self.tickets_admitted = 0
         """How many `submit` calls have joined the queue (their admission order is final)."""
+        self._running = 0
+        self._engine_time_s = 0.0
+        self._kv_cache_usage = 0.0
         self._pending: deque[_Ticket] = deque()
         self._cv = threading.Condition()
         self._closed = False
@@ -90,6 +127,17 @@ class EngineBatcher:
             raise EngineFailure(ticket.error)
         assert ticket.responses is not None
         return ticket.responses, ticket.batch_size
+
+    def load(self) -> BatcherLoad:
+        """Queued and running requests, engine seconds so far, KV use (see `BatcherLoad`)."""
+        with self._cv:
+            return BatcherLoad(
+                running=self._running,
+                waiting=sum(len(t.requests) for t in self._pending),
+                engine_time_s=self._engine_time_s,
+                batches=self.batches_run,
+                kv_cache_usage=self._kv_cache_usage,
+            )
 
     def _take_batch(self) -> list[_Ticket]:
         with self._cv:
@@ -116,6 +164,7 @@ class EngineBatcher:
                     break
                 batch.append(self._pending.popleft())
                 size += len(nxt.requests)
+            self._running = size
             return batch
 
     def _loop(self) -> None:
@@ -135,12 +184,19 @@ class EngineBatcher:
                 raise RuntimeError(f"engine returned no response for {missing[:5]}")
         except Exception as exc:  # answer every waiting ticket, keep serving
             log.exception("engine failed on a batch of %d requests", len(requests))
+            with self._cv:
+                self._running = 0
             for ticket in batch:
                 ticket.error = f"{type(exc).__name__}: {exc}"
                 ticket.done.set()
             return
         finally:
             self.batches_run += 1
+        usage = kv_cache_usage(self.engine)
+        with self._cv:  # before any ticket is answered: a client's next scrape sees this batch
+            self._running = 0
+            self._engine_time_s += result.stats.engine_time_s
+            self._kv_cache_usage = usage
         for ticket in batch:
             ticket.responses = [by_id[r.id] for r in ticket.requests]
             ticket.batch_size = len(requests)
