@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from resources.openai_wire import SERVER_STYLES, STYLE_ALIASES
 
@@ -89,6 +89,9 @@ class EngineConfig(BaseModel):
         return cls(**holder.model_dump(include=set(cls.model_fields)))
 
 
+ROUTINGS = ("auto", "affinity", "round_robin", "router")
+"""`OpenAIEngineConfig.routing` choices (a `str` checked against them, as `server_style`)."""
+
 DType = Literal["auto", "half", "float16", "bfloat16", "float", "float32"]
 """vLLM's `ModelDType` choices."""
 
@@ -131,12 +134,23 @@ class OpenAIEngineConfig(EngineConfig):
     a secret, given to the engine apart and never stored with the rest)."""
 
     base_url: str | None = Field(default=None, repr=False)
-    """API base URL ending in /v1 (required by the engine); user:password@ in it is sent as HTTP
-    basic auth, never shown."""
+    """API base URL ending in /v1 (this or `base_urls` is required by the engine); several
+    replicas as a comma-separated list; user:password@ in a URL is sent as HTTP basic auth,
+    never shown."""
+    base_urls: list[str] | None = Field(default=None, repr=False)
+    """The replicas' base URLs as a list (instead of `base_url`), each ending in /v1."""
+    routing: str = "auto"
+    """How requests reach several URLs: affinity (each prefix group on one replica, replicas
+    balanced by token mass, idle replicas steal whole groups, a failed replica's work moves to
+    the others), round_robin (request i to replica i mod N), router (one URL, a router in
+    front of the replicas: each request carries its prefix group's key in
+    `routing_key_header`), or auto (affinity)."""
+    routing_key_header: str = "X-Session-ID"
+    """Header carrying the prefix group's key (sent with routing=router)."""
     model: str | None = None
     """Model name the server serves (required by the engine)."""
     max_concurrency: int = Field(default=16, ge=1)
-    """Requests in flight."""
+    """Requests in flight per URL (per replica; with routing=router, at the router)."""
     timeout_s: float = Field(default=60.0, gt=0.0)
     """Hard wall-clock limit of one attempt, body included."""
     request_deadline_s: float = Field(default=300.0, gt=0.0, allow_inf_nan=False)
@@ -174,6 +188,29 @@ class OpenAIEngineConfig(EngineConfig):
     """Largest reply body read; a longer one fails the attempt."""
     probe: bool = True
     """Ask the server once (`GET /models`, `GET /props`) for its style and context window."""
+
+    @field_validator("routing")
+    @classmethod
+    def _known_routing(cls, value: str) -> str:
+        if value not in ROUTINGS:
+            raise ValueError(f"unknown routing; expected one of {list(ROUTINGS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_way_to_give_urls(self):
+        if self.base_url and self.base_urls:
+            raise ValueError("give base_url or base_urls, not both")
+        if self.routing == "router" and len(self.urls()) > 1:
+            raise ValueError(
+                f"routing=router sends to one URL (the router), got {len(self.urls())} URLs"
+            )
+        return self
+
+    def urls(self) -> list[str]:
+        """Every base URL given (`base_urls`, else `base_url` split at commas), in order."""
+        if self.base_urls:
+            return [u.strip() for u in self.base_urls if u.strip()]
+        return [u.strip() for u in (self.base_url or "").split(",") if u.strip()]
 
     @field_validator("server_style")
     @classmethod

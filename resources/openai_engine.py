@@ -63,7 +63,8 @@ import httpx
 
 from resources.engine import LLMEngine, Request, Response, RunResult, RunStats
 from resources.engine_config import OpenAIEngineConfig
-from resources.openai_lanes import GROUP_MIN_CHARS, plan_lanes, serve_lanes
+from resources.fleet_plan import GROUP_MIN_CHARS, FleetPlan, plan_fleet
+from resources.openai_fleet import Replica, plan_caps, serve_fleet
 from resources.openai_probe import ServerInfo, probe_server
 from resources.openai_request import RequestFailed, RunState, failed_response, serve_request
 from resources.openai_wire import (
@@ -121,20 +122,30 @@ class OpenAIEngine(LLMEngine):
         fields are `OpenAIEngineConfig`'s. Not config: `api_key` (a secret, kept apart and
         never shown) and `progress` (called with requests done, total)."""
         cfg = OpenAIEngineConfig.resolve(config, args, fields)
-        if not cfg.base_url or not cfg.model:
+        if not cfg.urls() or not cfg.model:
             raise ValueError(
                 f"OpenAIEngine needs base_url and model, got base_url="
-                f"{'set' if cfg.base_url else None}, model={cfg.model!r}"
+                f"{'set' if cfg.urls() else None}, model={cfg.model!r}"
             )
-        clean_url, user, password = split_url_credentials(cfg.base_url)
+        parts = [split_url_credentials(url) for url in cfg.urls()]
+        if len({(user, password) for _, user, password in parts}) > 1:
+            raise ValueError("the replicas' URLs carry different user:password@ credentials")
+        _, user, password = parts[0]
         self._redact = Redactor([s for s in (api_key, user, password) if s])
-        if not clean_url.startswith(("http://", "https://")):
-            raise ValueError(
-                f"base_url must start with http:// or https://, got {self._redact(clean_url)!r}"
-            )
-        self.config: OpenAIEngineConfig = cfg.model_copy(update={"base_url": None})
-        """The engine's settings (`base_url` dropped: the clean one is `self.base_url`)."""
-        self.base_url = clean_url.rstrip("/")
+        for clean_url, _, _ in parts:
+            if not clean_url.startswith(("http://", "https://")):
+                raise ValueError(
+                    f"base_url must start with http:// or https://, got {self._redact(clean_url)!r}"
+                )
+        self.config: OpenAIEngineConfig = cfg.model_copy(
+            update={"base_url": None, "base_urls": None}
+        )
+        """The engine's settings (URLs dropped: the clean ones are `self.base_urls`)."""
+        self.base_urls = [clean.rstrip("/") for clean, _, _ in parts]
+        """Every replica's base URL, without credentials (one for a server or a router)."""
+        self.base_url = self.base_urls[0]
+        self.routing = "affinity" if cfg.routing == "auto" else cfg.routing
+        self._tails: tuple[str, list[str | None]] = ("", [])
         self.max_concurrency = cfg.max_concurrency
         self.timeout_s = cfg.timeout_s
         self.max_retries = cfg.max_retries
@@ -182,8 +193,9 @@ class OpenAIEngine(LLMEngine):
 
     def __repr__(self) -> str:
         key = "'***'" if self._api_key is not None else "None"
+        urls = ",".join(self.base_urls)
         return (
-            f"OpenAIEngine(base_url={self.base_url!r}, model={self.model!r}, api_key={key}, "
+            f"OpenAIEngine(base_url={urls!r}, model={self.model!r}, api_key={key}, "
             f"max_concurrency={self.max_concurrency}, use_chat={self.use_chat}, "
             f"server_style={self.server_style!r})"
         )
@@ -226,9 +238,16 @@ class OpenAIEngine(LLMEngine):
 
     @property
     def endpoint(self) -> str:
-        return (
-            f"{self.base_url}/chat/completions" if self.use_chat else f"{self.base_url}/completions"
-        )
+        return self.endpoint_of(self.base_url)
+
+    def endpoint_of(self, base_url: str) -> str:
+        """The completion URL under `base_url`."""
+        return f"{base_url}/chat/completions" if self.use_chat else f"{base_url}/completions"
+
+    @property
+    def num_replicas(self) -> int:
+        """Replicas the client addresses itself (1 for a single server or a router)."""
+        return len(self.base_urls)
 
     def _tls(self) -> ssl.SSLContext:
         """One TLS context per engine (loading the CA bundle costs ~70 ms; clients share it)."""
@@ -310,6 +329,19 @@ class OpenAIEngine(LLMEngine):
         )
         return RunResult(responses=responses, stats=stats, stopped=stopped)
 
+    def plan(self, relquery_id: str, requests: list[Request]) -> FleetPlan:
+        """Which replica serves which requests (`resources.fleet_plan`); a router or a
+        single server is a fleet of one. Groups continuing an earlier chunk of the same
+        relQuery go back to the replica that served their start."""
+        tails = self._tails[1] if self._tails[0] == relquery_id else []
+        return plan_fleet(
+            [r.prompt for r in requests],
+            self.num_replicas,
+            routing="round_robin" if self.routing == "round_robin" else "affinity",
+            outputs=[self.max_tokens or r.max_tokens for r in requests],
+            tails=tails,
+        )
+
     async def _run(
         self,
         relquery_id: str,
@@ -319,41 +351,83 @@ class OpenAIEngine(LLMEngine):
         start: float,
     ) -> tuple[list[Response], str | None]:
         total = len(requests)
-        state = RunState(total, asyncio.Event())
+        replicas = [Replica(k, url) for k, url in enumerate(self.base_urls)]
+        state = RunState(total, asyncio.Event(), replicas=replicas)
         if info.auth_error is not None:
             state.stop(f"stopped before sending: {info.auth_error} (check the API key)")
         results: list[Response | None] = [None] * total
         in_flight: set[int] = set()
         if total and state.stop_reason is None:
-            lanes = plan_lanes(
-                [r.prompt for r in requests], self.max_concurrency, self.prefix_affinity
-            )
+            plan = self.plan(relquery_id, requests)
+            for replica, queue in zip(replicas, plan.queues, strict=True):
+                replica.parts.extend(
+                    (n, part) for n, part in enumerate(queue, start=replica.index * total)
+                )
+            plan_caps(replicas, self.max_concurrency, self.prefix_affinity)
+            keys = {i: part.key for queue in plan.queues for part in queue for i in part.indices}
+            tails = list(self._tails[1]) if self._tails[0] == relquery_id else []
+            tails += [None] * (len(replicas) - len(tails))
+            base_headers = self._headers(relquery_id)
             # one client of one connection per worker: a worker serves its lanes over one
             # keep-alive connection (httpcore's shared pool scans every connection per request)
-            n_workers = min(self.max_concurrency, len(lanes))
             limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-            clients = [
-                httpx.AsyncClient(
-                    timeout=httpx.Timeout(self.timeout_s),
-                    limits=limits,
-                    auth=self._auth(),
-                    verify=self._tls(),
-                )
-                for _ in range(n_workers)
-            ]
+            clients: dict[asyncio.Task, httpx.AsyncClient] = {}
             async with contextlib.AsyncExitStack() as stack:
-                for client in clients:
-                    await stack.enter_async_context(client)
 
-                async def serve(i: int, worker: int) -> None:
-                    results[i] = await serve_request(
-                        self, clients[worker], requests[i], relquery_id, style, state, start
-                    )
+                async def client() -> httpx.AsyncClient:
+                    task = asyncio.current_task()
+                    if task not in clients:
+                        clients[task] = await stack.enter_async_context(
+                            httpx.AsyncClient(
+                                timeout=httpx.Timeout(self.timeout_s),
+                                limits=limits,
+                                auth=self._auth(),
+                                verify=self._tls(),
+                            )
+                        )
+                    return clients[task]
+
+                async def serve(i: int, replica: Replica) -> bool:
+                    headers = base_headers
+                    if self.routing == "router":
+                        headers = {**base_headers, self.config.routing_key_header: keys[i]}
+                    response, retryable = await serve_request(
+                        self, await client(), requests[i], relquery_id, style, state, start,
+                        replica, headers,
+                    )  # fmt: skip
+                    if response.error is None:
+                        replica.consecutive_failed = 0
+                        replica.served += 1
+                        tails[replica.index] = requests[i].prompt
+                    elif len(replicas) > 1 and retryable and state.stop_reason is None:
+                        replica.consecutive_failed += 1
+                        if self.breaker_failures and (
+                            replica.consecutive_failed >= self.breaker_failures
+                        ):
+                            state.give_up(
+                                replica,
+                                f"{replica.consecutive_failed} requests in a row failed at "
+                                f"{replica.base_url} (last: {response.error})",
+                            )
+                    if response.error is not None and replica.dead is not None:
+                        if any(r.dead is None for r in replicas):
+                            return True  # moves to a live replica
+                    results[i] = response
                     state.done += 1
                     if self.progress is not None:
                         self.progress(state.done, total)
+                    return False
 
-                in_flight = await serve_lanes(lanes, serve, self.max_concurrency, state.stopped)
+                in_flight = await serve_fleet(replicas, serve, self.max_concurrency, state.stopped)
+            self._tails = (relquery_id, tails)
+            if len(replicas) > 1:
+                log.info(
+                    "relquery %s over %d replicas: %s answered",
+                    relquery_id,
+                    len(replicas),
+                    ", ".join(f"{r.base_url} {r.served}" + (" (dead)" if r.dead else "")
+                              for r in replicas),
+                )  # fmt: skip
         reason = state.stop_reason
         final: list[Response] = []
         for i, r in enumerate(results):

@@ -1,9 +1,12 @@
 """One request of `OpenAIEngine`: attempts, hard deadlines, retries, the circuit breaker.
 
 `serve_request` always returns a `Response` (answered, or with `error` naming the attempts,
-the deadline when it ran out, and the last failure); see `resources.openai_engine` for the
-invariants. `post_once` is one attempt: a POST whose whole reply (headers and body, at most
-`max_reply_bytes`) is read inside the caller's hard `asyncio.timeout`, and validated.
+the deadline when it ran out, and the last failure) and whether its last failure was one
+another attempt could have cured; see `resources.openai_engine` for the invariants. Failures
+are counted per replica (`resources.openai_fleet.Replica`): the circuit breaker gives up a
+replica, and the run stops when no replica is left (`RunState.give_up`). `post_once` is one
+attempt: a POST whose whole reply (headers and body, at most `max_reply_bytes`) is read
+inside the caller's hard `asyncio.timeout`, and validated.
 """
 
 from __future__ import annotations
@@ -12,12 +15,13 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from resources.engine import Request, Response
+from resources.openai_fleet import Replica
 from resources.openai_wire import (
     MalformedReply,
     completion_from_reply,
@@ -63,25 +67,40 @@ class RunState:
     total: int
     stopped: asyncio.Event
     stop_reason: str | None = None
-    consecutive_dead: int = 0
     done: int = 0
+    replicas: list[Replica] = field(default_factory=list)
 
     def stop(self, reason: str) -> None:
         if self.stop_reason is None:
             self.stop_reason = reason
             self.stopped.set()
 
+    def give_up(self, replica: Replica, reason: str) -> None:
+        """Replica `replica` is dead; the run stops when it was the last one alive."""
+        if replica.dead is not None:
+            return
+        replica.dead = reason
+        live = [r for r in self.replicas if r.dead is None]
+        if live:
+            log.warning("replica %s given up (%s); %d left", replica.base_url, reason, len(live))
+        elif len(self.replicas) == 1:
+            self.stop(reason)
+        else:
+            self.stop(f"every replica failed (last: {reason})")
+
 
 async def post_once(
     engine: OpenAIEngine,
     client: httpx.AsyncClient,
+    url: str,
     body: dict[str, Any],
     request_id: str,
     headers: dict,
 ) -> Any:
-    """One POST, body read in full; the validated `Completion`, else `RequestFailed`."""
+    """One POST to `url`, body read in full; the validated `Completion`, else
+    `RequestFailed`."""
     try:
-        async with client.stream("POST", engine.endpoint, json=body, headers=headers) as reply:
+        async with client.stream("POST", url, json=body, headers=headers) as reply:
             data = bytearray()
             async for chunk in reply.aiter_bytes():
                 data += chunk
@@ -132,10 +151,13 @@ async def serve_request(
     style: str,
     state: RunState,
     start: float,
-) -> Response:
+    replica: Replica,
+    headers: dict[str, str],
+) -> tuple[Response, bool]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + engine.request_deadline_s
-    body, headers = engine.body(request, style), engine._headers(relquery_id)
+    body, url = engine.body(request, style), engine.endpoint_of(replica.base_url)
+    retryable = False
     last, notes, tries, out_of_time = "not attempted", "", 0, False
     for attempt in range(engine.max_retries + 1):
         budget = min(engine.timeout_s, deadline - loop.time())
@@ -145,7 +167,7 @@ async def serve_request(
         tries += 1
         try:
             async with asyncio.timeout(budget):
-                got = await post_once(engine, client, body, request.id, headers)
+                got = await post_once(engine, client, url, body, request.id, headers)
         except TimeoutError:
             failure = RequestFailed(
                 f"timed out after {budget:.3g}s (no complete reply; hard wall-clock deadline)",
@@ -155,7 +177,7 @@ async def serve_request(
         except RequestFailed as exc:
             failure = exc
         else:
-            state.consecutive_dead = 0
+            replica.consecutive_dead = 0
             elapsed = time.perf_counter() - start
             if got.cached_tokens is None:
                 engine._warn_no_cached_tokens(style)
@@ -168,10 +190,10 @@ async def serve_request(
                 elapsed,
                 elapsed,
                 cached_tokens_known=got.cached_tokens is not None,
-            )
-        last = str(failure)
-        _count_failure(engine, failure, state, last)
-        if state.stop_reason is not None or not failure.retryable:
+            ), False
+        last, retryable = str(failure), failure.retryable
+        _count_failure(engine, failure, state, last, replica)
+        if state.stop_reason is not None or replica.dead is not None or not retryable:
             break
         if attempt == engine.max_retries:
             break
@@ -199,24 +221,25 @@ async def serve_request(
     )
     plural = "s" if tries != 1 else ""
     error = f"failed after {tries} attempt{plural}{within}: {last}{notes}"
-    return failed_response(request.id, error, start)
+    return failed_response(request.id, error, start), retryable
 
 
 def _count_failure(
-    engine: OpenAIEngine, failure: RequestFailed, state: RunState, last: str
+    engine: OpenAIEngine, failure: RequestFailed, state: RunState, last: str, replica: Replica
 ) -> None:
     if failure.stop:
         state.stop(f"stopped after {last} (check the API key; it is not shown)")
         return
     if not failure.dead:
-        state.consecutive_dead = 0
+        replica.consecutive_dead = 0
         return
-    state.consecutive_dead += 1
+    replica.consecutive_dead += 1
     n = engine.breaker_failures
-    if n and state.consecutive_dead >= n:
-        state.stop(
+    if n and replica.consecutive_dead >= n:
+        state.give_up(
+            replica,
             f"circuit breaker open after {n} consecutive connection failures or timeouts "
-            f"at {engine.base_url} (last: {last})"
+            f"at {replica.base_url} (last: {last})",
         )
 
 

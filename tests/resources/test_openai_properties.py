@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from benchmarks.lib.hostile import HostileServer, Reply, completion_body
 from resources.engine import Request
+from resources.fleet_plan import plan_fleet, prefix_groups
 from resources.openai_engine import OpenAIEngine
-from resources.openai_lanes import plan_lanes, prefix_groups
+from resources.openai_fleet import Replica, part_lanes, plan_caps
 from resources.openai_wire import MAX_TOKEN_COUNT, MalformedReply, Redactor, completion_from_reply
 
 json_values = st.recursive(
@@ -122,7 +123,11 @@ prompt_lists = st.lists(
 @settings(max_examples=200, deadline=None)
 @given(prompt_lists, st.integers(1, 8), st.booleans())
 def test_lanes_partition_the_run_in_order(prompts: list[str], workers: int, affinity: bool):
-    lanes = plan_lanes(prompts, workers, affinity)
+    """One replica (a server or a router): its lanes, as `serve_fleet` starts them."""
+    replica = Replica(0, "http://h/v1")
+    replica.parts.extend(enumerate(plan_fleet(prompts, 1).queues[0]))
+    plan_caps([replica], workers, affinity)
+    lanes = [lane for n, part in replica.parts for lane in part_lanes(part, n, replica.cap)]
     flat = [i for lane in lanes for i in lane.indices]
     assert flat == list(range(len(prompts)))  # every request once, in order
     cap = -(-len(prompts) // workers) if prompts else 1
@@ -130,9 +135,9 @@ def test_lanes_partition_the_run_in_order(prompts: list[str], workers: int, affi
     for lane in lanes:
         assert lane.indices and (not affinity or len(lane.indices) <= cap)
         if affinity:
-            assert {groups[i] for i in lane.indices} == {lane.group}
-    leaders = [lane.group for lane in lanes if lane.leads]
-    assert len(leaders) == len({lane.group for lane in lanes})
+            assert len({groups[i] for i in lane.indices}) == 1
+    leaders = [lane.part for lane in lanes if lane.leads]
+    assert len(leaders) == len({lane.part for lane in lanes})
     # neighbours sharing head and 70-character movie block are one group, unless every
     # prompt shares them (then that prefix is common to all and groups nothing)
     if len({p[:73] for p in prompts}) > 1:

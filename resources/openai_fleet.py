@@ -1,0 +1,177 @@
+"""Serving a fleet plan: per-replica lanes, work stealing at the tail, failover.
+
+`serve_fleet(replicas, serve, workers, stopped)` runs a `resources.fleet_plan.FleetPlan`
+whose queues have been put on `replicas` (a single URL, a router, is a fleet of one).
+Invariants:
+
+- each live replica has `workers` asyncio tasks; a task takes the next lane of its replica
+  (the lanes of the part it started last), else a requeued request, else the replica's next
+  part, else steals a whole part not yet started from the BACK of another queue (a dead
+  replica's first, then the one with the most planned mass left), else ends;
+- a part becomes lanes of at most `Replica.cap` requests (the whole part when affinity is
+  off: one request per lane); a part's first lane leads, the others wait until the part's
+  first request has been served (its prefix is then in the replica's cache);
+- `serve(i, replica)` serves request i and says whether the request must move: it returns
+  False when the request ended (answered or failed for good) and True when it failed
+  because its replica died (`Replica.dead` set): then it is requeued for the live replicas
+  and the dead replica's unstarted lanes and parts go to them too; when no replica is left
+  alive `stopped` is set by the caller;
+- once `stopped` is set no new request starts and the requests in flight are cancelled;
+  `serve_fleet` returns the indices that were cancelled in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from resources.fleet_plan import Part
+
+__all__ = ["Lane", "Replica", "part_lanes", "serve_fleet"]
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Requests (by index) one task serves in order; `part` numbers the part it comes from."""
+
+    indices: list[int]
+    part: int
+    leads: bool
+
+
+def part_lanes(part: Part, number: int, cap: int) -> list[Lane]:
+    """`part` (numbered `number`) cut into lanes of at most `cap` requests, in order."""
+    return [
+        Lane(part.indices[k : k + cap], number, k == 0) for k in range(0, len(part.indices), cap)
+    ]
+
+
+@dataclass
+class Replica:
+    """One server of the fleet and what is left for it to serve."""
+
+    index: int
+    base_url: str
+    parts: deque[tuple[int, Part]] = field(default_factory=deque)
+    """Parts not started yet (numbered), in plan order."""
+    cap: int = 1
+    """Most requests in one lane (ceil(planned requests / workers) with affinity, else 1)."""
+    lanes: deque[Lane] = field(default_factory=deque)
+    dead: str | None = None
+    """Why the replica was given up (None while it is alive)."""
+    consecutive_dead: int = 0
+    """Attempts in a row that got no HTTP reply (the circuit breaker's count)."""
+    consecutive_failed: int = 0
+    """Requests in a row that failed for good with a retryable failure (5xx storm)."""
+    served: int = 0
+    """Requests this replica answered in this run."""
+
+    def remaining_mass(self) -> float:
+        return sum(part.mass for _, part in self.parts)
+
+
+def plan_caps(replicas: list[Replica], workers: int, affinity: bool) -> None:
+    """Set each replica's lane cap from its planned requests."""
+    for replica in replicas:
+        n = sum(len(part.indices) for _, part in replica.parts)
+        replica.cap = max(1, math.ceil(n / max(1, workers))) if affinity else 1
+
+
+async def serve_fleet(
+    replicas: list[Replica],
+    serve: Callable[[int, Replica], Awaitable[bool]],
+    workers: int,
+    stopped: asyncio.Event,
+) -> set[int]:
+    """Serve every planned request (see the module docstring); the indices cancelled in
+    flight."""
+    orphans: deque[Lane] = deque()
+    ready: dict[int, asyncio.Event] = {}
+    in_flight: set[int] = set()
+
+    def release(replica: Replica) -> None:
+        """A dead replica's started lanes go to the orphans (they lead: no cache to wait
+        for); its parts stay where thieves look first."""
+        while replica.lanes:
+            lane = replica.lanes.popleft()
+            orphans.append(Lane(lane.indices, lane.part, True))
+
+    def start(replica: Replica, number: int, part: Part) -> None:
+        ready.setdefault(number, asyncio.Event())
+        replica.lanes.extend(part_lanes(part, number, replica.cap))
+
+    def next_lane(replica: Replica) -> Lane | None:
+        if replica.lanes:
+            return replica.lanes.popleft()
+        if orphans:
+            return orphans.popleft()
+        if replica.parts:
+            start(replica, *replica.parts.popleft())
+            return replica.lanes.popleft()
+        victims = [r for r in replicas if r is not replica and r.parts]
+        if not victims:
+            return None
+        victim = max(victims, key=lambda r: (r.dead is not None, r.remaining_mass()))
+        start(replica, *victim.parts.pop())
+        return replica.lanes.popleft()
+
+    async def worker(replica: Replica) -> None:
+        while not stopped.is_set() and replica.dead is None:
+            lane = next_lane(replica)
+            if lane is None:
+                return
+            event = ready.setdefault(lane.part, asyncio.Event())
+            if not lane.leads:
+                await event.wait()
+            try:
+                for k, i in enumerate(lane.indices):
+                    if stopped.is_set():
+                        return
+                    if replica.dead is not None:  # the rest of the lane moves on
+                        orphans.append(Lane(lane.indices[k:], lane.part, True))
+                        return
+                    in_flight.add(i)
+                    moved = await serve(i, replica)
+                    in_flight.discard(i)
+                    if moved:
+                        orphans.append(Lane([i], lane.part, True))
+                        release(replica)
+                    event.set()
+            finally:
+                event.set()  # waiters never hang on a lane that ended in any way
+
+    tasks = {asyncio.create_task(worker(replica)) for replica in replicas for _ in range(workers)}
+    watcher = asyncio.create_task(stopped.wait())
+    pending = set(tasks)
+    try:
+        while pending:
+            done, pending = await asyncio.wait(
+                pending | {watcher}, return_when=asyncio.FIRST_COMPLETED
+            )
+            if watcher in done:
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                pending = set()
+            pending.discard(watcher)
+            for task in done - {watcher}:
+                task.result()  # re-raises a bug in `serve`; faults never get here
+            if not pending and not stopped.is_set() and _left(replicas, orphans):
+                live = [r for r in replicas if r.dead is None]
+                if not live:
+                    break
+                # work left but every task of the live replicas ended (an orphan arrived
+                # after they looked): start one task per live replica again
+                pending = {asyncio.create_task(worker(r)) for r in live}
+    finally:
+        watcher.cancel()
+        for task in pending:
+            task.cancel()
+    return in_flight
+
+
+def _left(replicas: list[Replica], orphans: deque[Lane]) -> bool:
+    return bool(orphans) or any(r.parts or r.lanes for r in replicas)
