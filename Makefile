@@ -7,8 +7,8 @@ STAMP := $(VENV)/.installed
 HOME_DIR := $(CURDIR)/.llm_assets
 DAGSTER_HOME ?= $(HOME_DIR)/dagster_home
 
-.PHONY: install demo dev mlflow-ui test lint format clean conformance llama-server breakages \
-	mutation mutation-all
+.PHONY: install demo dev mlflow-ui test lint format clean conformance llama-server vllm-router \
+	breakages mutation mutation-all
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -63,6 +63,10 @@ conformance: $(STAMP) $(CONFORMANCE_STAMP)
 # ~/.cache/llm-assets/llama.cpp-<version>/ (about 5 min on 2 cores; needs cmake and g++).
 llama-server: $(STAMP)
 	$(PY) -m benchmarks.lib.llama_cpp_build
+
+# vllm-router (pinned in pyproject's `router` extra) for tests/benchmarks/test_vllm_router.py.
+vllm-router: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[router]'
 
 # Mutation testing with mutmut (not part of `make test`): every mutant of the checks, the block
 # pool, the cost model and the preemption order, a seeded sample of MUTATION_SAMPLE mutants per
