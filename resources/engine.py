@@ -214,6 +214,12 @@ class LLMEngine(ABC):
         None when it is priced per token (a hosted API) or unknown."""
         return None
 
+    @property
+    def num_replicas(self) -> int:
+        """Engine replicas one `run` spreads its requests over (1 for one server, a router or
+        an in-process engine); the runner sends that many chunks' worth per call."""
+        return 1
+
     def count_tokens(self, text: str) -> int:
         """Prompt tokens of `text` as this engine counts them; the default is the built-in
         approximation of the Llama 3 tokenizer (`resources.sim.tokenizer.ApproxTokenizer`)."""
@@ -242,6 +248,7 @@ class EngineWrapper(LLMEngine):
     max_tokens = property(lambda self: self.inner.max_tokens)
     honours_priority = property(lambda self: self.inner.honours_priority)
     gpu_rental = property(lambda self: self.inner.gpu_rental)
+    num_replicas = property(lambda self: self.inner.num_replicas)
 
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)

@@ -23,16 +23,27 @@ sim's server) as an `LLMEngine`.
 - fail fast: the first 401/403 (on `GET /models` before anything is sent, or on a completion)
   stops the run: no further request is sent, requests in flight are cancelled, and every
   unanswered request gets an error naming the one-line reason; `RunResult.stopped` carries
-  it. Likewise after `breaker_failures` consecutive connection failures or timeouts across
-  the run (a circuit breaker; 0 disables it; any HTTP reply resets the count). On a server
+  it. Likewise after `breaker_failures` consecutive connection failures or timeouts at a
+  server (a circuit breaker per replica; 0 disables it; any HTTP reply resets the count)
+  when it is the last replica alive. On a server
   that accepts connections and never answers, a run therefore stops after about
   `ceil(breaker_failures / max_concurrency)` rounds of `timeout_s` (plus backoffs);
-- prefix affinity (`prefix_affinity=True`): consecutive requests that share more than the
-  run's common prefix by at least `GROUP_MIN_CHARS` form a prefix group (GGR puts them
-  together); a group is served in order by one worker, so on a server with per-slot caches
-  (llama.cpp) it stays on one slot, and on vLLM its leader fills the cache before the rest
-  arrive. A group longer than `ceil(n / max_concurrency)` is cut into pieces that start only
-  after the group's first request was answered;
+- replicas: `base_url` may list several servers (comma-separated, or `base_urls`); the
+  run is planned over them by `resources.fleet_plan` (routing `affinity`: each prefix group
+  on one replica, replicas balanced by token mass; `round_robin`: request i to replica
+  i mod N) and served by `resources.openai_fleet`: each replica has `max_concurrency` lanes,
+  an idle replica steals whole unstarted groups from the back of the busiest queue, and a
+  replica given up (its circuit breaker, or `breaker_failures` requests in a row failing
+  with a retryable error) has its unfinished requests moved to the others; the run stops
+  only when no replica is left. Groups continuing the previous chunk of the same relQuery
+  go back to the replica that served their start. `routing=router`: one URL (a router in
+  front of the replicas) and each request carries its group's key in `routing_key_header`
+  (what vllm-router's `consistent_hash` policy hashes);
+- prefix affinity (`prefix_affinity=True`): inside a replica, a group is served in order by
+  one worker, so on a server with per-slot caches (llama.cpp) it stays on one slot, and on
+  vLLM its leader fills the cache before the rest arrive. A group longer than
+  `ceil(n / max_concurrency)` (n: the replica's planned requests) is cut into pieces that
+  start only after the group's first request was answered;
 - `cached_tokens` comes from `usage.prompt_tokens_details.cached_tokens`; a server that does
   not report it counts 0 on the response, `RunStats.cached_tokens_unknown` counts those
   responses, and ONE warning per engine gives advice that fits the server style;

@@ -3,7 +3,8 @@
 `run_requests(engine, relquery_id, requests, cache=...)`:
 
 1. looks every request up in the cache (`EngineKey.request_key`);
-2. sends only the missing ones to `engine.run`, in submission order, `chunk_size` at a time;
+2. sends only the missing ones to `engine.run`, in submission order, `chunk_size` at a time
+   (`chunk_size x engine.num_replicas` for a fleet: each replica gets a chunk's worth);
 3. after each chunk, commits its successful responses to the cache BEFORE starting the next
    chunk, then reports progress; so a crash (even kill -9) loses at most the chunk in flight,
    and a rerun sends only what was not committed (plus the failed requests: errors are never
@@ -164,8 +165,9 @@ def run_requests(
     done = cache_hits
     stopped: str | None = None
     sent = 0
-    for start in range(0, len(missing), chunk_size):
-        positions = missing[start : start + chunk_size]
+    step = chunk_size * max(1, engine.num_replicas)
+    for start in range(0, len(missing), step):
+        positions = missing[start : start + step]
         if stopped is not None:
             for i in positions:
                 responses[i] = Response(requests[i].id, "", 0, 0, 0, 0.0, 0.0,
