@@ -1,11 +1,13 @@
 """Where asset tables live: one DuckDB file under $LLM_ASSETS_HOME.
 
 Each materialization is stored as its own version, `<prefix>."<name>__r_<run id>"` (a
-partition adds `__p_<hash>` to the name), and the view `<prefix>."<name>"` points at the
-latest one (what a user queries). A step reads the version its upstream step wrote **in the
-same run** when there is one, else the latest: two runs of one lineage at once never read
-each other's rows. An output replaces nothing in place, so a table whose columns change
-between runs (another source file) or an empty result are stored as returned.
+partition adds `__p_<hash>` to the name; a run over several partitions, a backfill packed by
+`BackfillPolicy.multi_run`, stores its one table under the hash of its keys), and the view
+`<prefix>."<name>"` points at the latest one (what a user queries). A step reads the version
+its upstream step wrote **in the same run** when there is one, else the latest: two runs of
+one lineage at once never read each other's rows. An output replaces nothing in place, so a
+table whose columns change between runs (another source file) or an empty result are stored
+as returned.
 The last `keep_versions` versions per table are kept. DuckDB allows one writing process per
 file, and one attachment of it per process: a connection that finds the file locked (another
 process) or attached (another thread) retries for `lock_wait_s`; each holds it for one read or
@@ -55,12 +57,18 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
     # ---- naming ------------------------------------------------------------------------
 
     @staticmethod
-    def _slot(key: dg.AssetKey, partition: str | None) -> tuple[str, str]:
+    def _slot(key: dg.AssetKey, partitions: list[str]) -> tuple[str, str]:
+        """(schema, table) of an asset for the partitions a run covers (none: unpartitioned;
+        one: that partition's slot; several: one slot for the run's range)."""
         schema = "_".join(key.path[:-1]) or "public"
         name = key.path[-1]
-        if partition is not None:
-            name += "__p_" + hashlib.sha1(partition.encode()).hexdigest()[:12]
+        if partitions:
+            name += "__p_" + hashlib.sha1("\n".join(partitions).encode()).hexdigest()[:12]
         return schema, name
+
+    @staticmethod
+    def _partitions(context: dg.OutputContext | dg.InputContext) -> list[str]:
+        return list(context.asset_partition_keys) if context.has_asset_partitions else []
 
     @staticmethod
     def _version(name: str, run_id: str) -> str:
@@ -103,8 +111,7 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
                 time.sleep(0.1 * (1 + attempt % 5))
 
     def _store(self, context: dg.OutputContext, obj) -> None:
-        partition = context.asset_partition_key if context.has_asset_partitions else None
-        schema, name = self._slot(context.asset_key, partition)
+        schema, name = self._slot(context.asset_key, self._partitions(context))
         version = self._version(name, context.run_id)
         frame = obj if isinstance(obj, pa.Table | pd.DataFrame) else pd.DataFrame(obj)
         con = self._connect()
@@ -162,8 +169,8 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
 
     def load_input(self, context: dg.InputContext) -> pd.DataFrame:
         key = context.asset_key
-        partition = context.asset_partition_key if context.has_asset_partitions else None
-        schema, name = self._slot(key, partition)
+        partitions = self._partitions(context)
+        schema, name = self._slot(key, partitions)
         try:
             run_id = context.step_context.run_id
         except dg.DagsterInvariantViolationError:  # loaded outside a run: the latest
@@ -183,7 +190,7 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             except duckdb.CatalogException as exc:
                 raise dg.Failure(
                     f"{key.to_user_string()} has no stored table yet"
-                    f"{f' for partition {partition!r}' if partition else ''}: materialize it "
+                    f"{f' for partition(s) {partitions}' if partitions else ''}: materialize it "
                     "first (select it with its downstream assets)"
                 ) from exc
         finally:

@@ -29,8 +29,11 @@ def _options(context, qdef: QueryDefinition) -> QueryOptions:
     return context.resources.options.apply(qdef.options)
 
 
-def _partition(context) -> str | None:
-    return context.partition_key if context.has_partition_key else None
+def _partitions(context) -> list[str]:
+    """The landed files (partition keys) this run covers, in partition order: one, or a range
+    when a backfill or the landing sensor packs several files into one run."""
+    partitioned = context.has_partition_key or context.has_partition_key_range
+    return list(context.partition_keys) if partitioned else []
 
 
 ORDER = "llm_filter_order"
@@ -86,21 +89,24 @@ def source_asset(qdef: QueryDefinition, table: str) -> dg.AssetsDefinition:
         group_name=qdef.name,
         kinds={"duckdb" if spec.duckdb_table else "file"},
         partitions_def=qdef.partitions_def if landed else None,
+        backfill_policy=qdef.backfill_policy if landed else None,
         description=f"Table {table!r} of query {qdef.name}: "
         + ("each landed file" if landed else spec.label),
     )
     def source(context: dg.AssetExecutionContext):
-        path = None
+        paths = None
         if landed:
             from pathlib import Path
 
-            path = str(Path(qdef.landing.folder) / context.partition_key)
-        frame = spec.read(path)
+            # every file of the run's partition range, concatenated: one table to plan
+            paths = [str(Path(qdef.landing.folder) / key) for key in _partitions(context)]
+        frame = spec.read(paths)
         context.add_output_metadata(
             {
                 "rows": frame.num_rows,
                 "columns": ", ".join(frame.column_names),
-                "data": path or spec.label,
+                "data": qdef.data_label(_partitions(context)) if landed else spec.label,
+                **({"files": len(paths)} if landed else {}),
             }
         )
         return frame
@@ -120,6 +126,7 @@ def filtered_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
         group_name=qdef.name,
         kinds={"duckdb"},
         partitions_def=qdef.partitions_def,
+        backfill_policy=qdef.backfill_policy,
         check_specs=checks.fields_check_specs(qdef, "filtered"),
         required_resource_keys=COMMON,
         description="Join of the sources; rows a pushed-down predicate removes are marked "
@@ -138,7 +145,7 @@ def filtered_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
                 "rows": kept,
                 "rows_removed_by_predicate": len(out) - kept,
                 "pushdown": options.pushdown,
-                "data": qdef.data_label(_partition(context)),
+                "data": qdef.data_label(_partitions(context)),
                 "sql": dg.MetadataValue.md(f"```sql\n{sql}\n```"),
             },
         )
@@ -164,6 +171,7 @@ def retrieved_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
         group_name=qdef.name,
         kinds={"scikitlearn"},
         partitions_def=qdef.partitions_def,
+        backfill_policy=qdef.backfill_policy,
         check_specs=checks.fields_check_specs(qdef, "retrieved"),
         required_resource_keys=COMMON,
         description=f"The nearest corpus values per row as separate fields ({ks}).",
@@ -192,7 +200,9 @@ def filter_order_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
         group_name=qdef.name,
         kinds={"pandas"},
         partitions_def=qdef.partitions_def,
+        backfill_policy=qdef.backfill_policy,
         required_resource_keys=COMMON | {qdef.engine_key},
+        pool=qdef.engine_key,
         description="The order the LLM filters run in: cheapest first by cost / (1 - "
         "selectivity), selectivity from a seeded sample of rows sent first.",
     )
@@ -248,6 +258,7 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
         ins=_ins(qdef, k),
         group_name=qdef.name,
         partitions_def=qdef.partitions_def,
+        backfill_policy=qdef.backfill_policy,
         required_resource_keys=COMMON | {engine_key},
     )
     def plan(context: dg.AssetExecutionContext, **ins):
@@ -294,7 +305,11 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
         group_name=qdef.name,
         kinds={qdef.engine_kind},
         partitions_def=qdef.partitions_def,
+        backfill_policy=qdef.backfill_policy,
         required_resource_keys=COMMON | {engine_key, "response_cache", "tracker"},
+        # one concurrency pool per engine: concurrent runs never send more LLM stages at once
+        # than its limit (`dagster instance concurrency set llm_engine 2`)
+        pool=engine_key,
         description=f"Answers of {what}, one row per distinct request.",
     )
     def llm_outputs(context: dg.AssetExecutionContext, plan: pd.DataFrame, deduped, **order):
@@ -340,7 +355,7 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
             engine_resource,
             sent.stats,
             metrics,
-            data=qdef.data_label(_partition(context)),
+            data=qdef.data_label(_partitions(context)),
         )
         context.add_output_metadata(meta)
         # A stopped run (wrong key, open breaker) or too many failed requests fails the step
@@ -363,6 +378,7 @@ def result_assets(qdef: QueryDefinition) -> list:
         group_name=qdef.name,
         kinds={"pandas"},
         partitions_def=qdef.partitions_def,
+        backfill_policy=qdef.backfill_policy,
         required_resource_keys=COMMON,
         description="Every row of the join with its answers, status (answered / skipped / "
         "failed) and reason.",
@@ -379,6 +395,7 @@ def result_assets(qdef: QueryDefinition) -> list:
         group_name=qdef.name,
         kinds={"pandas"},
         partitions_def=qdef.partitions_def,
+        backfill_policy=qdef.backfill_policy,
         description="The query's output: projected rows that passed, or the aggregate.",
     )
     def answer(context: dg.AssetExecutionContext, result: pd.DataFrame):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -21,7 +21,9 @@ NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class LandingSpec(BaseModel):
-    """A folder whose files each become a partition of the query (one run per file)."""
+    """A folder whose files each become a partition of the query: the sensor runs each new
+    file alone; a backfill of many runs `max_partitions_per_run` files at a time, each run
+    planning and reordering its files as one table."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -36,6 +38,13 @@ class LandingSpec(BaseModel):
     minimum_interval_seconds: int = Field(30, description="Seconds between sensor looks.")
     running: bool = Field(
         False, description="Start the sensor running (Dagster starts sensors stopped)."
+    )
+    max_partitions_per_run: int = Field(
+        8,
+        ge=1,
+        description="Most landed files one run reads, plans and reorders as one table: a "
+        "backfill of K files becomes ceil(K / this) runs "
+        "(`BackfillPolicy.multi_run`).",
     )
 
 
@@ -118,6 +127,13 @@ class QueryDefinition:
             return None
         return dg.DynamicPartitionsDefinition(name=f"{self.name}_files")
 
+    @property
+    def backfill_policy(self) -> dg.BackfillPolicy | None:
+        """Partitioned assets: a backfill of K files is ceil(K / max_partitions_per_run) runs."""
+        if self.landing is None:
+            return None
+        return dg.BackfillPolicy.multi_run(self.landing.max_partitions_per_run)
+
     def key(self, name: str) -> dg.AssetKey:
         return dg.AssetKey([self.name, name])
 
@@ -148,10 +164,22 @@ class QueryDefinition:
     def stage_suffix(k: int) -> str:
         return "" if k == 0 else f"_{k + 1}"
 
-    def data_label(self, partition: str | None = None) -> str:
-        """What the data is: each table's file, DuckDB table or asset (and the landed file)."""
+    def data_label(self, partitions: Sequence[str] = ()) -> str:
+        """What the data is: each table's file, DuckDB table or asset (and the landed files)."""
         parts = []
+        landed = partitions_label(partitions)
         for table, spec in sorted(self.sources.items()):
-            label = partition if partition and table == self.landed_table else spec.label
+            label = landed if landed and table == self.landed_table else spec.label
             parts.append(f"{table}={label}")
         return ", ".join(parts)
+
+
+def partitions_label(keys: Sequence[str]) -> str:
+    """The landed files of a run: `a.csv`, `a.csv+b.csv`, or `a.csv..z.csv (12 files)`.
+
+    >>> partitions_label(["a.csv"]), partitions_label(["a.csv", "b.csv", "c.csv"])
+    ('a.csv', 'a.csv..c.csv (3 files)')
+    """
+    if len(keys) <= 2:
+        return "+".join(keys)
+    return f"{keys[0]}..{keys[-1]} ({len(keys)} files)"

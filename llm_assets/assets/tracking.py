@@ -10,6 +10,7 @@ sim engine: what the GPU would take; measured on the others) and decides the sel
 
 from __future__ import annotations
 
+from llm_assets.assets.definition import partitions_label
 from llm_assets.optimizer.cost import PRICING, cost_usd, token_cost_usd
 from resources.engine import LLMEngine, RunStats
 
@@ -82,7 +83,11 @@ def log_llm_run(context, qdef, options, engine_resource, stats: RunStats, extra,
         "asset_key": asset,
         "engine": stats.engine,
         "cached_tokens": "unknown" if unknown else "reported",
-        **({"partition": context.partition_key} if context.has_partition_key else {}),
+        **(
+            {"partition": partitions_label(context.partition_keys)}
+            if context.has_partition_key or context.has_partition_key_range
+            else {}
+        ),
         **run_options.run_tags,
     }
     url = tracker.log_run(

@@ -54,16 +54,17 @@ __all__ = ["FORMATS", "PREDICATE_TYPES", "InputError", "load_table", "predicate_
 
 
 def load_table(
-    path_or_glob: str | Path,
+    path_or_glob: str | Path | Sequence[str | Path],
     *,
     format: str | None = None,
     encoding: str | None = None,
     delimiter: str | None = None,
 ) -> pa.Table:
     """The table in `path_or_glob`; a glob reads every match in sorted order and concatenates
-    them (all must have the same columns). `format` (csv, tsv, parquet, jsonl, json) overrides
-    the extension, `encoding` the UTF-8 / Windows-1252 detection and `delimiter` the
-    detection among `,` tab `;` `|` (a `.tsv` file is tab-separated)."""
+    them (all must have the same columns), as does a list of paths (in its order). `format`
+    (csv, tsv, parquet, jsonl, json) overrides the extension, `encoding` the UTF-8 /
+    Windows-1252 detection and `delimiter` the detection among `,` tab `;` `|` (a `.tsv` file
+    is tab-separated)."""
     if format is not None and format not in FORMATS:
         raise InputError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
     if delimiter is not None and len(delimiter) != 1:
@@ -74,7 +75,11 @@ def load_table(
     return _concat(tables)
 
 
-def _expand(path_or_glob: str | Path) -> list[Path]:
+def _expand(path_or_glob: str | Path | Sequence[str | Path]) -> list[Path]:
+    if not isinstance(path_or_glob, str | Path):
+        if not path_or_glob:
+            raise InputError("no input file: the list of paths is empty")
+        return [p for one in path_or_glob for p in _expand(one)]
     text = str(path_or_glob)
     if _GLOB_CHARS & set(text):
         matches = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())

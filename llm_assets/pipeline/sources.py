@@ -23,7 +23,7 @@ the file's text exactly, nulls stay nulls. A DuckDB table is read on a read-only
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +79,9 @@ class SourceSpec(BaseModel):
             return f"asset:{self.asset}"
         return f"duckdb:{self.database}:{self.duckdb_table}"
 
-    def read(self, path: str | None = None) -> pa.Table:
-        """The table (`path` overrides the spec's file, e.g. a landed file)."""
+    def read(self, path: str | Sequence[str] | None = None) -> pa.Table:
+        """The table (`path` overrides the spec's file: a landed file, or several landed files
+        read as one table)."""
         from llm_assets.data.tables import load_table
 
         if path or self.path:

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.lib.prom import samples, scrape, types
+from benchmarks.lib.prom import sample_sums, samples, scrape, types
 from resources.engine import EngineWrapper, Request, RunResult
 from resources.sim.engine import SimulatedEngine
 from resources.sim.server import ServerConfig, SimServer
@@ -250,3 +250,29 @@ def healthy(url: str) -> bool:
         return httpx.get(f"{url}/health", timeout=1).status_code == 200
     except httpx.TransportError:
         return False
+
+
+# -- the one parser (benchmarks/lib/prom.py), also llama_server.metrics()'s ----------------------
+
+LLAMA_CPP_PAGE = """\
+# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
+# TYPE llamacpp:prompt_tokens_total counter
+llamacpp:prompt_tokens_total 120
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 0
+"""
+
+
+def test_parser_sums_over_labels_and_refuses_what_it_cannot_read() -> None:
+    page = LLAMA_CPP_PAGE + 'x_total{a="1",b="}, \\"q\\""} 2.5\nx_total{a="2"} 1 1700000000\n'
+    assert sample_sums(page) == {
+        "llamacpp:prompt_tokens_total": 120.0,
+        "llamacpp:requests_processing": 0.0,
+        "x_total": 3.5,
+    }
+    assert samples(page)[2][1] == {"a": "1", "b": '}, "q"'}
+    assert types(page)["llamacpp:prompt_tokens_total"] == "counter"
+    with pytest.raises(ValueError, match="bad labels in metrics line"):
+        sample_sums("vllm:x{model_name=1} 3\n")  # an unquoted label value
+    with pytest.raises(ValueError, match="not a Prometheus sample line"):
+        sample_sums("no-value\n")

@@ -68,3 +68,45 @@ def test_landing_can_start_running_and_needs_a_table_for_joins(landing):
         llm_query_assets(
             "j", join, sources={"reviews": "r.csv", "movies": "m.csv"}, landing=str(landing)
         )
+
+
+def test_a_backfill_runs_several_files_as_one_table(landing):
+    """`BackfillPolicy.multi_run(k)`: a range of landed files is one run that reads, plans and
+    answers them as one table; each file's own partition stays as it was."""
+    defs = llm_query_assets(
+        "q",
+        SQL,
+        sources={"reviews": "unused.csv"},
+        landing={"folder": str(landing), "max_partitions_per_run": 2},
+    )
+    assets = list(defs.assets) + list(defs.asset_checks)
+    policies = {a.backfill_policy for a in defs.assets if isinstance(a, dg.AssetsDefinition)}
+    assert policies == {dg.BackfillPolicy.multi_run(2)}
+    names = ["a.csv", "b.csv", "c.csv"]
+    for k, name in enumerate(names):
+        rows = "".join(f"{10 * k + j},review {k}.{j}\n" for j in range(k + 1))
+        (landing / name).write_text("id,review\n" + rows)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("q_files", names)
+        run = dg.materialize(
+            assets,
+            instance=instance,
+            resources=resources_for("sim"),
+            tags={
+                "dagster/asset_partition_range_start": "a.csv",
+                "dagster/asset_partition_range_end": "b.csv",
+            },
+        )
+        assert run.success
+        result = run.output_for_node("q__result")
+        assert sorted(result["id"]) == ["0", "10", "11"]  # both files' rows, not c.csv's
+        events = [
+            e.materialization for e in run.get_asset_materialization_events()
+            if e.asset_key == dg.AssetKey(["q", "source_reviews"])
+        ]  # fmt: skip
+        assert sorted(m.partition for m in events) == ["a.csv", "b.csv"]  # one per file
+        assert {m.metadata["files"].value for m in events} == {2}
+        one = dg.materialize(
+            assets, partition_key="c.csv", instance=instance, resources=resources_for("sim")
+        )
+        assert sorted(one.output_for_node("q__result")["id"]) == ["20", "21", "22"]
