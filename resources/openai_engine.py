@@ -379,6 +379,7 @@ class OpenAIEngine(LLMEngine):
             tails = list(self._tails[1]) if self._tails[0] == relquery_id else []
             tails += [None] * (len(replicas) - len(tails))
             base_headers = self._headers(relquery_id)
+            failed_at: dict[int, set[int]] = {}  # request -> replicas it failed at (retryable)
             # one client of one connection per worker: a worker serves its lanes over one
             # keep-alive connection (httpcore's shared pool scans every connection per request)
             limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
@@ -420,6 +421,10 @@ class OpenAIEngine(LLMEngine):
                                 f"{replica.consecutive_failed} requests in a row failed at "
                                 f"{replica.base_url} (last: {response.error})",
                             )
+                        # a retryable failure is tried at a live replica it has not failed at
+                        failed_at.setdefault(i, set()).add(replica.index)
+                        if any(r.dead is None and r.index not in failed_at[i] for r in replicas):
+                            return True
                     if response.error is not None and replica.dead is not None:
                         if any(r.dead is None for r in replicas):
                             return True  # moves to a live replica

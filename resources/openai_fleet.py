@@ -12,10 +12,12 @@ Invariants:
   off: one request per lane); a part's first lane leads, the others wait until the part's
   first request has been served (its prefix is then in the replica's cache);
 - `serve(i, replica)` serves request i and says whether the request must move: it returns
-  False when the request ended (answered or failed for good) and True when it failed
-  because its replica died (`Replica.dead` set): then it is requeued for the live replicas
-  and the dead replica's unstarted lanes and parts go to them too; when no replica is left
-  alive `stopped` is set by the caller;
+  False when the request ended (answered or failed for good) and True when it failed at
+  this replica and should be tried at another (its replica died, `Replica.dead` set, or it
+  failed there with a retryable error): then it is requeued as an orphan that avoids every
+  replica it failed at (unless no live replica is left that it does not avoid: then any
+  live one takes it), and a dead replica's unstarted lanes and parts go to the others too;
+  when no replica is left alive `stopped` is set by the caller;
 - once `stopped` is set no new request starts and the requests in flight are cancelled;
   `serve_fleet` returns the indices that were cancelled in flight.
 """
@@ -40,6 +42,8 @@ class Lane:
     indices: list[int]
     part: int
     leads: bool
+    avoid: frozenset[int] = frozenset()
+    """Replicas (by index) this lane's request already failed at (orphans only)."""
 
 
 def part_lanes(part: Part, number: int, cap: int) -> list[Lane]:
@@ -106,8 +110,11 @@ async def serve_fleet(
     def next_lane(replica: Replica) -> Lane | None:
         if replica.lanes:
             return replica.lanes.popleft()
-        if orphans:
-            return orphans.popleft()
+        live = {r.index for r in replicas if r.dead is None}
+        for k, orphan in enumerate(orphans):
+            if replica.index not in orphan.avoid or live <= orphan.avoid:
+                del orphans[k]
+                return orphan
         if replica.parts:
             start(replica, *replica.parts.popleft())
             return replica.lanes.popleft()
@@ -137,8 +144,9 @@ async def serve_fleet(
                     moved = await serve(i, replica)
                     in_flight.discard(i)
                     if moved:
-                        orphans.append(Lane([i], lane.part, True))
-                        release(replica)
+                        orphans.append(Lane([i], lane.part, True, lane.avoid | {replica.index}))
+                        if replica.dead is not None:
+                            release(replica)  # the rest of this lane moves on just above
                     event.set()
             finally:
                 event.set()  # waiters never hang on a lane that ended in any way

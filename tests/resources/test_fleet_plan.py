@@ -95,3 +95,59 @@ def test_a_group_is_not_cut_when_its_prefix_costs_more_than_the_cut_saves() -> N
     plan = plan_fleet(prompts, 2)
     assert plan.repaid_chars == 0
     assert any(p.indices == list(range(8)) for q in plan.queues for p in q)
+
+
+# -- serving a plan (`resources.openai_fleet.serve_fleet`) with replicas that fail ---------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    plans(),
+    st.integers(1, 4),
+    st.integers(1, 3),
+    st.data(),
+)
+def test_serve_fleet_ends_every_request_once_whatever_fails(plan_in, n, workers, data) -> None:
+    """A fake `serve`: request i fails (retryably) at the replicas in `bad[i]`, a replica dies
+    after `life[r]` requests. Like the engine, a failure moves to a live replica not failed at
+    yet. Every request ends exactly once; never at a replica it failed at while an untried
+    live one existed; and the run ends (no hang) with nothing left when a replica survives."""
+    import asyncio
+
+    from resources.openai_fleet import Replica, plan_caps, serve_fleet
+
+    prompts, outputs = plan_in
+    plan = plan_fleet(prompts, n, outputs=outputs)
+    bad = {i: data.draw(st.sets(st.integers(0, n - 1), max_size=n)) for i in range(len(prompts))}
+    life = [data.draw(st.integers(0, len(prompts))) for _ in range(n)]
+    replicas = [Replica(r, f"r{r}") for r in range(n)]
+    for replica, queue in zip(replicas, plan.queues, strict=True):
+        replica.parts.extend((replica.index * 1000 + k, p) for k, p in enumerate(queue))
+    plan_caps(replicas, workers, True)
+    ended: list[int] = []
+    failed_at: dict[int, set[int]] = {}
+    stopped = asyncio.Event()
+
+    async def serve(i: int, replica: Replica) -> bool:
+        live = {r.index for r in replicas if r.dead is None}
+        untried = live - failed_at.get(i, set())
+        assert replica.index in untried or not untried  # avoided while another could serve
+        await asyncio.sleep(0)  # in flight: other workers run, replicas may die
+        live = {r.index for r in replicas if r.dead is None}
+        if replica.served >= life[replica.index] and len(live) > 1:
+            replica.dead = "died"
+            return True
+        if replica.index in bad[i]:
+            failed_at.setdefault(i, set()).add(replica.index)
+            if any(r.dead is None and r.index not in failed_at[i] for r in replicas):
+                return True
+        replica.served += 1
+        ended.append(i)
+        return False
+
+    async def main() -> set[int]:
+        return await asyncio.wait_for(serve_fleet(replicas, serve, workers, stopped), 10)
+
+    in_flight = asyncio.run(main())
+    assert in_flight == set()
+    assert sorted(ended) == list(range(len(prompts)))  # each once, none lost
