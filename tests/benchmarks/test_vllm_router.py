@@ -48,3 +48,32 @@ def test_consistent_hash_pins_each_routing_key_to_one_worker(tmp_path):
                 assert sorted(deltas) == [0, REQUESTS_PER_KEY], (key, deltas)  # one worker
                 worker_of[key] = deltas.index(REQUESTS_PER_KEY)
     assert set(worker_of.values()) == {0, 1}, worker_of  # the keys spread over both workers
+
+
+def test_the_engine_through_the_router_keeps_each_prefix_group_on_one_worker(tmp_path):
+    """`routing: router`: one URL (vllm-router), the group key in `X-Session-ID`; with
+    `consistent_hash` every row is answered and the fleet's hit rate (each server's own
+    `/metrics`) is one server's and beats the same router's `round_robin`, which scatters the
+    groups."""
+    from benchmarks.lib.prom import scrape
+    from resources.openai_engine import OpenAIEngine
+    from tests.resources.test_openai_fleet import MODEL, fleet, hit_rate, plan
+
+    requests = plan()
+    rates = {}
+    for policy in ("consistent_hash", "round_robin"):
+        with sim_servers(2, log_dir=tmp_path / policy) as servers:
+            log = tmp_path / f"{policy}.log"
+            with run_router([s.base_url for s in servers], policy, log_path=log) as base_url:
+                engine = OpenAIEngine(base_url, MODEL, routing="router", max_concurrency=4)
+                result = engine.run("q", requests)
+            assert [r.error for r in result.responses] == [None] * len(requests)
+            pages = [scrape(f"{s.base_url.removesuffix('/v1')}/metrics") for s in servers]
+            hits = sum(p["vllm:prefix_cache_hits_total"] for p in pages)
+            rates[policy] = hits / sum(p["vllm:prefix_cache_queries_total"] for p in pages)
+            assert min(p["llm_assets_sim:requests_total"] for p in pages) > 0  # both worked
+    with fleet(1) as one:  # the hit rate of one server serving the whole plan
+        OpenAIEngine(one[0].base_url, MODEL, max_concurrency=4).run("q", requests)
+        rates["one server"] = hit_rate(one)
+    assert rates["consistent_hash"] >= 0.97 * rates["one server"], rates
+    assert rates["consistent_hash"] > rates["round_robin"] + 0.1, rates  # 0.81 vs 0.70 today
