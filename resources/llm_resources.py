@@ -167,13 +167,19 @@ class OpenAIEngineResource(LLMEngineResource, OpenAIEngineConfig):
                     "Dagster stores in its run database; give it as {env: VAR_NAME} "
                     "(dg.EnvVar in code) or set LLM_ASSETS_OPENAI_API_KEY"
                 )
-            url = config.get("base_url") if isinstance(config, dict) else None
-            if isinstance(url, str) and split_url_credentials(url)[1:] != (None, None):
-                raise ValueError(
-                    f"resources.{key}.config.base_url carries user:password@ in run config, "
-                    "which Dagster stores in its run database; give the URL as {env: VAR_NAME} "
-                    "or set LLM_ASSETS_OPENAI_BASE_URL"
-                )
+            config = config if isinstance(config, dict) else {}
+            for name in ("base_url", "base_urls"):
+                given = config.get(name)
+                urls = given.split(",") if isinstance(given, str) else given
+                if not isinstance(urls, list):
+                    continue  # unset, or {env: VAR}
+                if any(isinstance(u, str) and split_url_credentials(u.strip())[1:] != (None, None)
+                       for u in urls):  # fmt: skip
+                    raise ValueError(
+                        f"resources.{key}.config.{name} carries user:password@ in run config, "
+                        "which Dagster stores in its run database; give the URL as "
+                        "{env: VAR_NAME} or set LLM_ASSETS_OPENAI_BASE_URL"
+                    )
         super().setup_for_execution(context)
 
     def build_engine(self) -> LLMEngine:

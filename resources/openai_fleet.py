@@ -7,7 +7,9 @@ Invariants:
 - each live replica has `workers` asyncio tasks; a task takes the next lane of its replica
   (the lanes of the part it started last), else a requeued request, else the replica's next
   part, else steals a whole part not yet started from the BACK of another queue (a dead
-  replica's first, then the one with the most planned mass left), else ends;
+  replica's first, then the one with the most planned mass left), else ends. It steals only
+  from a replica all of whose tasks hold a lane (that part would wait), so the tasks that
+  start first never empty the queues of replicas whose tasks have not started yet;
 - a part becomes lanes of at most `Replica.cap` requests (the whole part when affinity is
   off: one request per lane); a part's first lane leads, the others wait until the part's
   first request has been served (its prefix is then in the replica's cache);
@@ -72,6 +74,8 @@ class Replica:
     """Requests in a row that failed for good with a retryable failure (5xx storm)."""
     served: int = 0
     """Requests this replica answered in this run."""
+    busy: int = 0
+    """Tasks of this replica holding a lane now."""
 
     def remaining_mass(self) -> float:
         return sum(part.mass for _, part in self.parts)
@@ -118,7 +122,10 @@ async def serve_fleet(
         if replica.parts:
             start(replica, *replica.parts.popleft())
             return replica.lanes.popleft()
-        victims = [r for r in replicas if r is not replica and r.parts]
+        victims = [
+            r for r in replicas
+            if r is not replica and r.parts and (r.dead is not None or r.busy >= workers)
+        ]  # fmt: skip
         if not victims:
             return None
         victim = max(victims, key=lambda r: (r.dead is not None, r.remaining_mass()))
@@ -131,9 +138,10 @@ async def serve_fleet(
             if lane is None:
                 return
             event = ready.setdefault(lane.part, asyncio.Event())
-            if not lane.leads:
-                await event.wait()
+            replica.busy += 1
             try:
+                if not lane.leads:
+                    await event.wait()
                 for k, i in enumerate(lane.indices):
                     if stopped.is_set():
                         return
@@ -149,6 +157,7 @@ async def serve_fleet(
                             release(replica)  # the rest of this lane moves on just above
                     event.set()
             finally:
+                replica.busy -= 1
                 event.set()  # waiters never hang on a lane that ended in any way
 
     tasks = {asyncio.create_task(worker(replica)) for replica in replicas for _ in range(workers)}

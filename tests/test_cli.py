@@ -163,3 +163,34 @@ def test_plan_orders_several_llm_filters_cheapest_first(tmp_path):
     assert set(order["chosen_order"]) == {"llm_1", "llm_2"}
     assert order["expected_tokens_per_row_chosen"] <= order["expected_tokens_per_row_written"]
     assert order["sample_requests"] > 0
+
+
+def test_run_over_a_fleet_from_the_comma_separated_base_url(tmp_path, query_sql):
+    """`LLM_ASSETS_OPENAI_BASE_URL=url1,url2` (as the assets read it): the CLI spreads the run
+    over both servers, prefix groups kept whole (routing affinity, the default)."""
+    import os
+
+    from benchmarks.lib.prom import scrape
+    from tests.resources.test_openai_fleet import MODEL, fleet
+
+    table = tmp_path / "t.csv"
+    movies = [f"movie {m} " + "plot " * 40 for m in range(5)]
+    pd.DataFrame(
+        {"movie": [m for m in movies for _ in range(4)], "review": [f"r{k}" for k in range(20)]}
+    ).to_csv(table, index=False)
+    with fleet(2) as servers:
+        env = {
+            **os.environ,
+            "LLM_ASSETS_HOME": str(tmp_path / "home"),
+            "LLM_ASSETS_OPENAI_BASE_URL": ",".join(s.base_url for s in servers),
+            "LLM_ASSETS_OPENAI_MODEL": MODEL,
+        }
+        proc = subprocess.run(
+            [*CLI, "run", str(query_sql), "--table", f"t={table}", "--engine", "openai",
+             "--out", str(tmp_path / "out.parquet")],
+            capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        served = [scrape(f"{s.url}/metrics")["llm_assets_sim:requests_total"] for s in servers]
+    assert sorted(served) == [8, 12], served  # both replicas, whole groups of 4 (not 10/10)
+    assert len(pd.read_parquet(tmp_path / "out.parquet")) == 20

@@ -151,3 +151,35 @@ def test_serve_fleet_ends_every_request_once_whatever_fails(plan_in, n, workers,
     in_flight = asyncio.run(main())
     assert in_flight == set()
     assert sorted(ended) == list(range(len(prompts)))  # each once, none lost
+
+
+def _serve_with_speeds(delays: list[float], workers: int) -> tuple[list[int], list[int]]:
+    """Serve 10 groups of 4 over replicas whose requests take `delays[r]` seconds; the
+    requests each replica was planned and the requests each served."""
+    import asyncio
+
+    from resources.openai_fleet import Replica, plan_caps, serve_fleet
+
+    prompts = [f"Rate it. {chr(97 + g) * 80} | {k}" for g in range(10) for k in range(4)]
+    plan = plan_fleet(prompts, len(delays))
+    replicas = [Replica(r, f"r{r}") for r in range(len(delays))]
+    for replica, queue in zip(replicas, plan.queues, strict=True):
+        replica.parts.extend((replica.index * 1000 + k, p) for k, p in enumerate(queue))
+    plan_caps(replicas, workers, True)
+    planned = [sum(len(p.indices) for p in queue) for queue in plan.queues]
+
+    async def serve(i: int, replica) -> bool:
+        await asyncio.sleep(delays[replica.index])
+        replica.served += 1
+        return False
+
+    asyncio.run(serve_fleet(replicas, serve, workers, asyncio.Event()))
+    return planned, [r.served for r in replicas]
+
+
+def test_a_fast_replica_steals_from_a_slow_one_and_equal_ones_keep_their_plan() -> None:
+    planned, served = _serve_with_speeds([0.0, 0.02], workers=2)
+    assert served[0] > planned[0] and sum(served) == 40  # whole parts taken from the slow one
+    for workers in (1, 4, 16):  # the first tasks to start never empty the others' queues
+        planned, served = _serve_with_speeds([0.001, 0.001, 0.001], workers)
+        assert served == planned, (workers, planned, served)

@@ -101,11 +101,17 @@ def test_an_env_var_key_in_run_config_is_accepted(monkeypatch) -> None:
     assert result.success and posts[0][2]["authorization"] == f"Bearer {KEY}"
 
 
-def test_url_credentials_in_run_config_are_refused() -> None:
+@pytest.mark.parametrize("where", ["base_url", "second of base_url", "base_urls"])
+def test_url_credentials_in_run_config_are_refused(where: str) -> None:
     with server() as srv:
         resource = OpenAIEngineResource(model="m")
         url = srv.url.replace("http://", "http://alice:pw-5e1f0a9b77@")
-        config = {"resources": {"llm_engine": {"config": {"base_url": url, "model": "m"}}}}
+        urls = {
+            "base_url": {"base_url": url},
+            "second of base_url": {"base_url": f"{srv.url},{url}"},
+            "base_urls": {"base_urls": [srv.url, url]},
+        }[where]
+        config = {"resources": {"llm_engine": {"config": {**urls, "model": "m"}}}}
         result = dg.materialize(
             [answers], resources={"llm_engine": resource}, run_config=config, raise_on_error=False
         )
