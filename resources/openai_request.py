@@ -24,6 +24,7 @@ from resources.engine import Request, Response
 from resources.openai_fleet import Replica
 from resources.openai_wire import (
     MalformedReply,
+    UsageBounds,
     completion_from_reply,
     error_message,
     retry_after_s,
@@ -89,6 +90,16 @@ class RunState:
             self.stop(f"every replica failed (last: {reason})")
 
 
+def usage_bounds(body: dict[str, Any]) -> UsageBounds:
+    """What the request in `body` can cost: its prompt (or every message's content) and the
+    `max_tokens` it sent (`resources.openai_wire.UsageBounds`)."""
+    if isinstance(body.get("prompt"), str):
+        text = body["prompt"]
+    else:
+        text = "".join(str(m.get("content", "")) for m in body.get("messages") or ())
+    return UsageBounds.of(text, body.get("max_tokens"))
+
+
 async def post_once(
     engine: OpenAIEngine,
     client: httpx.AsyncClient,
@@ -128,7 +139,9 @@ async def post_once(
                 retryable=True,
             ) from None
         try:
-            return completion_from_reply(parsed, chat=engine.use_chat, request_id=request_id)
+            return completion_from_reply(
+                parsed, chat=engine.use_chat, request_id=request_id, bounds=usage_bounds(body)
+            )
         except MalformedReply as exc:
             raise RequestFailed(
                 f"HTTP 200 with a malformed completion: {engine._redact(str(exc))}",

@@ -9,7 +9,10 @@ Pure functions, no I/O:
   integer `prompt_tokens` and `completion_tokens` in [0, 2**63). `cached_tokens`
   (`usage.prompt_tokens_details.cached_tokens`) is optional (None = the server does not
   report it); when present it is an integer in [0, prompt_tokens]. Nothing else is accepted:
-  no number or null text, no bool counts, no silent first-of-several choices.
+  no number or null text, no bool counts, no silent first-of-several choices. With `bounds`
+  (`UsageBounds.of(request text, max_tokens)`), counts the request cannot have are refused
+  too: more prompt tokens than its text has UTF-8 bytes plus `TEMPLATE_TOKENS`, or more
+  output tokens than `max_tokens + 1`.
 - `structured_fields(spec, style)`: the body fields that carry an `OutputSpec` in the form
   each server understands (`SERVER_STYLES`).
 - `Redactor`: removes every fragment of 8 or more characters of a secret, in any letter
@@ -36,6 +39,8 @@ __all__ = [
     "Completion",
     "MalformedReply",
     "Redactor",
+    "TEMPLATE_TOKENS",
+    "UsageBounds",
     "completion_from_reply",
     "error_message",
     "retry_after_s",
@@ -91,11 +96,52 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def completion_from_reply(data: Any, *, chat: bool, request_id: str) -> Completion:
+TEMPLATE_TOKENS = 1024
+"""Tokens a server may add around a request's text: chat template, system turn, BOS/EOS."""
+
+
+@dataclass(frozen=True)
+class UsageBounds:
+    """The most tokens one request can have. A tokenizer makes at most one token per UTF-8
+    byte of text (byte-level BPE and SentencePiece's byte fallback never make more; a
+    SentencePiece dummy prefix is one more), so a prompt has at most its bytes plus
+    `TEMPLATE_TOKENS`; a completion at most `max_tokens` plus one (an end token some servers
+    count), unbounded when no `max_tokens` was sent."""
+
+    prompt_tokens: int
+    output_tokens: int | None
+
+    @classmethod
+    def of(cls, text: str, max_tokens: int | None) -> UsageBounds:
+        """Bounds of a request whose text (prompt, or every message's content) is `text`."""
+        size = len(text.encode("utf-8", "surrogatepass"))
+        return cls(size + TEMPLATE_TOKENS, None if max_tokens is None else max_tokens + 1)
+
+    def check(self, completion: Completion) -> None:
+        """`MalformedReply` when `completion` claims more than the request can have."""
+        if completion.prompt_tokens > self.prompt_tokens:
+            raise MalformedReply(
+                f"usage.prompt_tokens {completion.prompt_tokens} is more than the request can "
+                f"have (at most {self.prompt_tokens}: one per byte of its text plus "
+                f"{TEMPLATE_TOKENS})"
+            )
+        if self.output_tokens is not None and completion.output_tokens > self.output_tokens:
+            raise MalformedReply(
+                f"usage.completion_tokens {completion.output_tokens} is more than max_tokens "
+                f"allows (at most {self.output_tokens})"
+            )
+
+
+def completion_from_reply(
+    data: Any, *, chat: bool, request_id: str, bounds: UsageBounds | None = None
+) -> Completion:
     """The `Completion` in `data` (a parsed JSON body), or `MalformedReply` naming
     `request_id` and the first thing wrong (see the module docstring)."""
     try:
-        return _completion(data, chat)
+        completion = _completion(data, chat)
+        if bounds is not None:
+            bounds.check(completion)
+        return completion
     except MalformedReply as exc:
         raise MalformedReply(f"request {request_id}: {exc}") from None
 
