@@ -1,5 +1,6 @@
-"""The `llm-assets` command line. Each command prints one JSON object on stdout; a bad input
-prints one `error: ...` line on stderr and exits with status 2 (no traceback)."""
+"""The `llm-assets` command line. `reorder` and `run` print one JSON object on stdout, `plan` a
+table (one JSON object with `--json`); a bad input prints one `error: ...` line on stderr and
+exits with status 2 (no traceback)."""
 
 from __future__ import annotations
 
@@ -279,6 +280,25 @@ def stats_report(stats, engine, wall_s: float) -> dict:
     }
 
 
+def check_out(out: Path | None, tables: dict[str, str], query_path: Path) -> None:
+    """Refuse an `--out` that cannot take the result, before anything is sent."""
+    from llm_assets.data.writers import check_target
+
+    if out is not None:
+        problem = check_target(out, [*tables.values(), query_path])
+        if problem:
+            fail(problem)
+
+
+def response_cache(engine: str, cache: bool | None):
+    """The response cache of a run: the assets' one (`$LLM_ASSETS_HOME/responses.duckdb`),
+    on by default for the real engines and off for the simulated one (as jobs/resources.py)."""
+    from resources.response_cache import ResponseCache
+
+    enabled = engine != "sim" if cache is None else cache
+    return ResponseCache() if enabled else ResponseCache.disabled()
+
+
 @main.command("run")
 @click.argument("query_path", metavar="QUERY.sql", type=click.Path(path_type=Path))
 @click.option("--table", "tables", multiple=True, required=True, help="NAME=PATH (repeatable).")
@@ -288,34 +308,77 @@ def stats_report(stats, engine, wall_s: float) -> dict:
     default="ggr",
     show_default=True,
 )
-@click.option("--out", type=click.Path(path_type=Path), help="Write the result (.parquet/.csv).")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Write every row with its status; the format follows the extension "
+    "(.parquet, .csv, .tsv, .jsonl, .json), written atomically.",
+)
+@click.option(
+    "--cache/--no-cache",
+    default=None,
+    help="Reuse and store answers in $LLM_ASSETS_HOME/responses.duckdb, so a rerun sends only "
+    "what is missing [default: on for openai and vllm, off for sim].",
+)
+@click.option(
+    "--chunk-size",
+    type=int,
+    default=None,
+    help="Requests per chunk committed to the response cache (a kill loses at most one).",
+)
 @engine_options
-def run_command(query_path, tables, method, out, **switches):
+def run_command(query_path, tables, method, out, cache, chunk_size, **switches):
     """Run an LLM-SQL query over files: every row answered, skipped or failed, with a summary
     (rows, requests, token hit rate, engine time, cost) as one JSON object on stdout."""
+    from llm_assets.data.writers import write_table
     from llm_assets.pipeline.run import run_query
+    from resources.response_cache import CacheLockTimeout
     from resources.runner import TooManyErrors
 
     started = time.perf_counter()
     switches = Switches(**switches)
     options = switches.options(method)
-    query, frames = load_inputs(read_sql(query_path), parse_tables(tables), query_path.stem)
+    if chunk_size is not None:
+        options = query_options(**{**options.model_dump(), "chunk_size": chunk_size})
+    sql = read_sql(query_path)
+    named = parse_tables(tables)
+    check_out(out, named, query_path)
+    query, frames = load_inputs(sql, named, query_path.stem)
+    responses = response_cache(switches.engine, cache)
+    kept = (
+        f"; answered requests are in the response cache {responses.path}, a rerun sends "
+        "only the rest"
+        if responses.enabled
+        else ""
+    )
     llm = switches.build_engine()
     try:
-        run = run_query(query, frames, options, llm, progress=ProgressBar())
-    except (ValueError, TooManyErrors) as exc:
+        run = run_query(query, frames, options, llm, cache=responses, progress=ProgressBar())
+    except (ValueError, CacheLockTimeout) as exc:
         fail(str(exc))
+    except TooManyErrors as exc:
+        fail(f"{exc}{kept}")
     finally:
         llm.close()
     if out is not None:
-        result = run.result
-        if out.suffix.lower() == ".csv":
-            result.to_csv(out, index=False)
-        else:
-            result.to_parquet(out, index=False)
+        try:
+            write_table(run.result, out)
+        except Exception as exc:  # noqa: BLE001 - any failure to write is one line
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            where = (
+                f"the answers are in the response cache {responses.path}: fix the target and "
+                "rerun (nothing is sent again)"
+                if responses.enabled
+                else "no response cache (--no-cache, or --engine sim without --cache): a rerun "
+                "answers again"
+            )
+            fail(f"could not write --out {out}: {reason}; {out} was left as it was; {where}")
     report = {
         "rows": run.accounting,
         **stats_report(run.stats, llm, time.perf_counter() - started),
+        "requests_sent": sum(s.sent for s in run.stages),
+        "cache_hits": sum(s.cache_hits for s in run.stages),
+        "response_cache": str(responses.path) if responses.enabled else None,
     }
     report["answer_rows"] = len(run.answer)
     if run.filter_order is not None:
@@ -334,11 +397,13 @@ def run_command(query_path, tables, method, out, **switches):
     show_default=True,
     help="Comma-separated reorder methods to compare.",
 )
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @engine_options
-def plan_command(query_path, tables, methods, **switches):
+def plan_command(query_path, tables, methods, as_json, **switches):
     """What-if before sending anything: each method's first-LLM-stage prompts on the simulated
-    engine (tokens, token hit rate, simulated engine time, cost). Nothing reaches a real
-    engine; `--engine` other than sim is refused."""
+    engine (tokens, token hit rate, simulated engine time, cost), as a table (one row per
+    method) or one JSON object with --json. Nothing reaches a real engine; `--engine` other
+    than sim is refused."""
     from llm_assets.pipeline import stages
     from llm_assets.pipeline.run import run_query
 
@@ -364,7 +429,79 @@ def plan_command(query_path, tables, methods, **switches):
             "rows_to_first_llm": int((stage.deduped[stages.INPUT] >= 0).sum()),
             **stats_report(result.stats, sim, time.perf_counter() - started),
         }
-    click.echo(json.dumps(report))
+    click.echo(json.dumps(report) if as_json else plan_table(report))
+
+
+def money(value: float) -> str:
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 1:
+        return f"{value:,.2f}"
+    return f"{value:.6f}" if value else "0"
+
+
+def table_lines(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Columns padded to their widest cell: the first left-aligned, the others right."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return [
+        "  ".join(
+            c.rjust(w) if i else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in [header, *rows]
+    ]
+
+
+def plan_table(report: dict) -> str:
+    """`plan`'s default output: one row per method, then the cost per pricing model."""
+    methods = report["methods"]
+    first = next(iter(methods.values()), None)
+    calls = report["llm_calls"]
+    order = report.get("llm_filter_order")
+    stage = order["chosen_order"][0] if order else calls[0]
+    priced = (
+        f"its LLM stage {stage}"
+        if len(calls) == 1
+        else f"its first LLM stage {stage} of {', '.join(calls)} (later stages not priced)"
+    )
+    engine = f"the simulated {first['model']} on {first['hardware']}" if first else "the sim"
+    lines = [f"plan of {report['query']}, nothing sent: {priced}, on {engine}", ""]
+    header = ["method", "rows", "requests", "prompt tokens", "cached tokens", "hit rate",
+              "output tokens", "engine s", "self-hosted $"]  # fmt: skip
+    rows = [
+        [
+            name,
+            f"{m['rows_to_first_llm']:,}",
+            f"{m['n_requests']:,}",
+            f"{m['prompt_tokens']:,}",
+            f"{m['cached_tokens']:,}",
+            f"{m['token_hit_rate']:.1%}",
+            f"{m['output_tokens']:,}",
+            f"{m['engine_time_s']:,.2f}",
+            money(m["cost_usd"].get("self_hosted", 0.0)),
+        ]
+        for name, m in methods.items()
+    ]
+    lines += table_lines(header, rows)
+    pricings = [k for k in (first or {}).get("cost_usd", {}) if k != "self_hosted"]
+    if pricings:
+        lines += ["", "predicted cost in USD per pricing model (llm_assets/optimizer/cost.py):"]
+        lines += table_lines(
+            ["method", *pricings],
+            [[n, *(money(m["cost_usd"][p]) for p in pricings)] for n, m in methods.items()],
+        )
+    if order:
+        lines += [
+            "",
+            f"LLM filters: written {', '.join(order['written_order'])} -> run "
+            f"{', '.join(order['chosen_order'])} (expected tokens per row "
+            f"{order['expected_tokens_per_row_written']:,} -> "
+            f"{order['expected_tokens_per_row_chosen']:,}; the order sample costs "
+            f"{order['sample_requests']} requests)",
+        ]
+    lines += ["", "rows: rows reaching the first LLM stage; engine s: simulated seconds; "
+              "--json prints every figure"]  # fmt: skip
+    return "\n".join(lines)
 
 
 @main.command()
