@@ -10,7 +10,7 @@ from functools import cached_property
 from typing import Any
 
 import dagster as dg
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.sources import SourceSpec
@@ -41,11 +41,18 @@ class LandingSpec(BaseModel):
     )
     max_partitions_per_run: int = Field(
         8,
-        ge=1,
-        description="Most landed files one run reads, plans and reorders as one table: a "
-        "backfill of K files becomes ceil(K / this) runs "
+        description="Most landed files one run reads, plans and reorders as one table (at "
+        "least 1): a backfill of K files becomes ceil(K / this) runs "
         "(`BackfillPolicy.multi_run`).",
     )
+
+    @field_validator("max_partitions_per_run")
+    @classmethod
+    def _at_least_one(cls, value: int) -> int:
+        # a validator, not Field(ge=1): Dagster's component schema rejects annotated bounds
+        if value < 1:
+            raise ValueError(f"max_partitions_per_run must be at least 1, got {value}")
+        return value
 
 
 @dataclass(frozen=True)

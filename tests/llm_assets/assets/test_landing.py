@@ -79,6 +79,11 @@ def test_a_backfill_runs_several_files_as_one_table(landing):
         sources={"reviews": "unused.csv"},
         landing={"folder": str(landing), "max_partitions_per_run": 2},
     )
+    with pytest.raises(ValueError, match="max_partitions_per_run must be at least 1, got 0"):
+        llm_query_assets(
+            "q", SQL, sources={"reviews": "unused.csv"},
+            landing={"folder": str(landing), "max_partitions_per_run": 0},
+        )  # fmt: skip
     assets = list(defs.assets) + list(defs.asset_checks)
     policies = {a.backfill_policy for a in defs.assets if isinstance(a, dg.AssetsDefinition)}
     assert policies == {dg.BackfillPolicy.multi_run(2)}
