@@ -13,7 +13,8 @@ stage by stage (DESIGN.md sections 1 and 4, "Filter pushdown"):
 4. **post-LLM predicates** (`post_llm_predicates`): with `pushdown=False` the non-LLM predicates
    run here instead, as SQL over the output names. Predicates and LLM filters are a conjunction,
    so the final rows are the same either way; only the number of LLM calls differs.
-5. **aggregate** (if any), last; then the `projection`.
+5. **aggregate** (if any), last, over the rows that passed and were answered; without GROUP
+   BY it is one row (`aggregate_sql`). Then the `projection`.
 
 Columns are written qualified, `alias.column` (e.g. `r.review_content`); LLM calls, retrievals
 and the aggregate are named by their output column (`llm_1`, `context`, `avg_score`).
@@ -292,26 +293,77 @@ class LLMFilter:
 
 
 @dataclass(frozen=True)
-class Aggregate:
-    """`function(call_name) AS alias ... GROUP BY group_by`, run after every other stage."""
+class AggregateItem:
+    """One aggregated output column: `function(call_name) AS alias`, or `COUNT(*) AS alias`
+    when `call_name` is None."""
 
-    group_by: tuple[str, ...]
-    """Qualified grouping columns (may be empty: one group)."""
     function: AggregateFunction
     """One of `AGGREGATE_FUNCTIONS`."""
-    call_name: str
-    """The LLM call whose answers are aggregated."""
+    call_name: str | None
+    """The LLM call whose answers are aggregated; None for `COUNT(*)` (rows per group)."""
     alias: str
-    """The output column of the aggregate, e.g. `avg_score`."""
+    """The output column, e.g. `avg_score`."""
 
     def __post_init__(self) -> None:
         if self.function not in AGGREGATE_FUNCTIONS:
             raise ValueError(
                 f"unknown aggregate {self.function!r}; expected one of {AGGREGATE_FUNCTIONS}"
             )
+        if self.call_name is None and self.function != "COUNT":
+            raise ValueError(f"{self.function}(*) is not an aggregate; only COUNT(*) is")
         check_name("aggregate alias", self.alias, output_problem)
+
+    @property
+    def numeric(self) -> bool:
+        """Whether the call's answers are read as numbers (AVG/SUM/MIN/MAX); COUNT counts
+        non-null answers as they are."""
+        return self.function != "COUNT"
+
+    def show(self) -> str:
+        return f"{self.function}({self.call_name or '*'})"
+
+    def expression(self) -> exp.Expression:
+        """`FUNC("call_name") AS "alias"` (or `COUNT(*)`) over the staged relation."""
+        arg = exp.Star() if self.call_name is None else exp.column(identifier(self.call_name))
+        return exp.func(self.function, arg).as_(identifier(self.alias))
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """`item, ... GROUP BY group_by`, run after every other stage over the rows that passed
+    and were answered. Without `group_by` it is a global aggregate: exactly one output row,
+    also over no rows (SQL semantics: COUNT 0, AVG/SUM/MIN/MAX null)."""
+
+    group_by: tuple[str, ...]
+    """Qualified grouping columns (may be empty: one group, one output row)."""
+    items: tuple[AggregateItem, ...]
+    """The aggregated output columns (at least one; aliases distinct)."""
+
+    def __post_init__(self) -> None:
+        if not self.items:
+            raise ValueError("an aggregate needs at least one item, e.g. COUNT(*)")
+        aliases = [i.alias for i in self.items]
+        dupes = sorted({a for a in aliases if aliases.count(a) > 1})
+        if dupes:
+            raise ValueError(f"aggregate output names {dupes} are used twice")
         for column in self.group_by:
             split_column(column)
+
+    @classmethod
+    def of(
+        cls, group_by: tuple[str, ...], function: AggregateFunction, call_name: str, alias: str
+    ) -> Aggregate:
+        """The common case: one aggregate of one LLM call, `function(call_name) AS alias`."""
+        return cls(group_by, (AggregateItem(function, call_name, alias),))
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        return tuple(i.alias for i in self.items)
+
+    @property
+    def call_names(self) -> tuple[str, ...]:
+        """The LLM calls whose answers are aggregated (each once)."""
+        return tuple(dict.fromkeys(i.call_name for i in self.items if i.call_name is not None))
 
 
 @dataclass(frozen=True)
@@ -321,9 +373,10 @@ class LLMQuery:
     Invariants (checked at construction, ValueError naming the value and the accepted ones):
     source aliases are unique and every source after the first is joined to an earlier one;
     every qualified column names a known alias; stage outputs (LLM calls, retrievals, the
-    aggregate alias) have unique names; every LLM field is a qualified column or a retrieval;
+    aggregate aliases) have unique names; every LLM field is a qualified column or a retrieval;
     filters and the aggregate name known calls; a filtered call answers a choice holding the
-    compared value; with an aggregate, the projection holds only group-by columns and the alias.
+    compared value; with an aggregate, the projection holds only group-by columns and the
+    aggregate aliases.
     """
 
     name: str
@@ -341,7 +394,7 @@ class LLMQuery:
     llm_filters: tuple[LLMFilter, ...] = ()
     """LLM conjuncts of WHERE; each applies right after its call."""
     projection: tuple[str, ...] = ()
-    """Output columns: qualified base columns, LLM call or retrieval names, the aggregate alias."""
+    """Output columns: qualified base columns, LLM call or retrieval names, aggregate aliases."""
     aggregate: Aggregate | None = None
     """The final aggregation, if any."""
 
@@ -360,7 +413,7 @@ class LLMQuery:
         calls = [c.name for c in self.llm_calls]
         stage_outputs = calls + [r.name for r in self.retrievals]
         if self.aggregate is not None:
-            stage_outputs.append(self.aggregate.alias)
+            stage_outputs += self.aggregate.aliases
         dupes = sorted({n for n in stage_outputs if stage_outputs.count(n) > 1})
         if dupes:
             raise ValueError(f"query {self.name!r}: stage output names {dupes} are used twice")
@@ -424,18 +477,26 @@ class LLMQuery:
             raise ValueError(f"query {self.name!r} projects no column")
         agg = self.aggregate
         if agg is not None:
-            if agg.call_name not in calls:
-                raise ValueError(
-                    f"aggregate {agg.function}({agg.call_name}) names unknown call "
-                    f"{agg.call_name!r}; known calls: {calls}"
-                )
-            allowed = [*agg.group_by, agg.alias]
+            for a in agg.items:
+                if a.call_name is not None and a.call_name not in calls:
+                    raise ValueError(
+                        f"aggregate {a.show()} names unknown call {a.call_name!r}; "
+                        f"known calls: {calls}"
+                    )
+            allowed = [*agg.group_by, *agg.aliases]
             for item in self.projection:
-                if item not in allowed:
+                if item in allowed:
+                    continue
+                if agg.group_by:
                     raise ValueError(
                         f"projection {item!r} is neither grouped nor aggregated; "
                         f"with GROUP BY the projection may hold {allowed}"
                     )
+                fix = f"add GROUP BY {item}" if "." in item else "aggregate it"
+                raise ValueError(
+                    f"projection {item!r} is not aggregated; without GROUP BY the projection "
+                    f"may hold only the aggregates {allowed} (one answer row): {fix}"
+                )
             return
         for item in self.projection:
             if "." in item:
@@ -466,10 +527,10 @@ class LLMQuery:
         return tuple(dict.fromkeys(self._base_columns()))
 
     def stage_outputs(self) -> tuple[str, ...]:
-        """Names of the columns the stages add: retrievals, LLM calls, the aggregate alias."""
+        """Names of the columns the stages add: retrievals, LLM calls, the aggregate aliases."""
         names = [r.name for r in self.retrievals] + [c.name for c in self.llm_calls]
         if self.aggregate is not None:
-            names.append(self.aggregate.alias)
+            names += self.aggregate.aliases
         return tuple(names)
 
     def output_names(self) -> dict[str, str]:
@@ -575,6 +636,47 @@ class LLMQuery:
             return ()
         names = self.output_names()
         return tuple(p.rename(names) for p in self.predicates)
+
+    def aggregate_select(self, relation: str) -> exp.Select:
+        """The sqlglot tree of `aggregate_sql` (same argument)."""
+        agg = self.aggregate
+        if agg is None:
+            raise ValueError(f"query {self.name!r} has no aggregate")
+        names = self.output_names()
+        by_alias = {a.alias: a for a in agg.items}
+        items = [
+            by_alias[p].expression() if p in by_alias else exp.column(identifier(names[p]))
+            for p in self.projection
+        ]
+        select = exp.select(*items).from_(table(relation))
+        if agg.group_by:
+            groups = [exp.column(identifier(names[g])) for g in agg.group_by]
+            select = select.group_by(*groups).order_by(
+                *(exp.Ordered(this=g.copy(), nulls_first=False) for g in groups)
+            )
+        return select
+
+    def aggregate_sql(self, relation: str) -> str:
+        """The DuckDB SELECT computing the aggregate over `relation`, a table of the rows that
+        reach it with the group-by columns under `output_names()` and each aggregated call's
+        answers under the call's name (as numbers for AVG/SUM/MIN/MAX: `AggregateItem.numeric`).
+
+        It selects the projection in order; with GROUP BY, one row per group, ordered by the
+        group-by columns (nulls last, null keys forming one group); without GROUP BY, exactly
+        one row, also when `relation` is empty. Rendered from the sqlglot tree.
+
+        >>> from llm_assets.output_spec import OutputSpec
+        >>> q = LLMQuery(
+        ...     name="q", sources=(Source("r", "reviews"),),
+        ...     llm_calls=(LLMCall("llm_1", "Stars {review}", ("r.review",),
+        ...                        OutputSpec.number(1, 5), max_tokens=3),),
+        ...     projection=("n", "avg_llm_1"),
+        ...     aggregate=Aggregate((), (AggregateItem("COUNT", None, "n"),
+        ...                              AggregateItem("AVG", "llm_1", "avg_llm_1"))))
+        >>> print(q.aggregate_sql("_rows"))
+        SELECT COUNT(*) AS "n", AVG("llm_1") AS "avg_llm_1" FROM "_rows"
+        """
+        return render(self.aggregate_select(relation))
 
     def corpus_sql(self, retrieval: str, tables: Mapping[str, str] | None = None) -> str:
         """The DuckDB SELECT of a retrieval's corpus: the distinct non-null values of its corpus

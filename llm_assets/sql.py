@@ -5,8 +5,11 @@ The supported language is one SELECT (DuckDB dialect, parsed with sqlglot):
     SELECT item, ... FROM t [AS] a [JOIN u [AS] b ON a.x = b.y [AND ...]] ...
     [WHERE conjunct AND ...] [GROUP BY column, ...]
 
-- a SELECT item is a column, `LLM(...) [AS name]`, or `AVG|SUM|COUNT|MIN|MAX(LLM(...)) [AS name]`
-  (at most one aggregate; then GROUP BY columns and the aggregate are the only items);
+- a SELECT item is a column, `LLM(...) [AS name]`, `AVG|SUM|COUNT|MIN|MAX(LLM(...)) [AS name]`
+  (at most one per query) or `COUNT(*) [AS name]`; with an aggregate, GROUP BY columns and the
+  aggregates are the only items. Without GROUP BY the answer is exactly one row (also when no
+  row reaches it: COUNT 0, the others null). The aggregates read the rows that passed and were
+  answered (`COUNT(*)` counts them); AVG/SUM/MIN/MAX read each answer as a number;
 - `LLM('template', arg, ...)`: the template is a string literal whose `{placeholders}` are the
   bare names of its column arguments (`{movie_info}` for `m.movie_info`); an argument is a
   column or `similarity_search(col, k => 3 [, corpus => a.c])`, a `Retrieval` named after the
@@ -18,7 +21,12 @@ The supported language is one SELECT (DuckDB dialect, parsed with sqlglot):
 Stages: LLM calls of WHERE come first (in conjunct order), then those of SELECT (in item
 order), so a filter runs before the projection it guards (Q3). A call is named by its SELECT
 alias when it has one, else `llm_<stage number>` (1-based); an aggregate without alias is
-`<function>_<call>` (`avg_llm_1`).
+`<function>_<call>` (`avg_llm_1`), `COUNT(*)` without alias `count_star`.
+
+>>> q = compile_sql("SELECT COUNT(*) AS n, AVG(LLM('Stars for {review}', r.review,"
+...                 " output => 'number(1,5)')) AS stars FROM reviews r")
+>>> q.projection, q.aggregate.group_by, [i.show() for i in q.aggregate.items]
+(('n', 'stars'), (), ['COUNT(*)', 'AVG(llm_1)'])
 
 Output specs and generation limits (`llm_assets.sql_outputs`):
 - a filtered call answers `OutputSpec.choice([literal, other])`: other is the opposite of
@@ -90,6 +98,7 @@ from sqlglot import exp
 
 from llm_assets.query import (
     Aggregate,
+    AggregateItem,
     Join,
     LLMCall,
     LLMFilter,
@@ -120,6 +129,9 @@ AGGREGATES: dict[type[exp.Expression], str] = {
     exp.Max: "MAX",
 }
 SUPPORTED_CLAUSES = ("expressions", "from_", "joins", "where", "group")
+ACCEPTED_AGGREGATES = (
+    "AVG/SUM/COUNT/MIN/MAX(LLM(...)) and COUNT(*) are supported, with or without GROUP BY"
+)
 
 
 class SQLError(ValueError):
@@ -403,8 +415,7 @@ class _Compiler:
 
     def select(self, select: exp.Select) -> tuple[list[str], Aggregate | None, list[str]]:
         projection: list[str] = []
-        aggregate: Aggregate | None = None
-        agg_call: tuple[exp.Anonymous, str, exp.Expression, str | None] | None = None
+        aggregated: list[tuple[int, str, exp.Anonymous | None, exp.Expression, str | None]] = []
         for item in select.expressions:
             alias = item.alias if isinstance(item, exp.Alias) else None
             node = item.this if isinstance(item, exp.Alias) else item
@@ -418,19 +429,24 @@ class _Compiler:
             elif _is_llm(node):
                 call = self.llm_call(node, "SELECT", item, alias, Implied.nothing())
                 projection.append(call.name)
-            elif type(node) in AGGREGATES and _is_llm(node.this):
-                if agg_call is not None:
+            elif _is_llm_aggregate(node):
+                if any(call is not None for _, _, call, _, _ in aggregated):
                     raise SQLError(
-                        f"unsupported in SELECT: {show(item)} (only one aggregate per query)"
+                        f"unsupported in SELECT: {show(item)} (only one aggregate per query "
+                        f"reads an LLM call, AVG/SUM/COUNT/MIN/MAX(LLM(...)); COUNT(*) may "
+                        f"stand beside it)"
                     )
-                agg_call = (node.this, AGGREGATES[type(node)], item, alias)
+                aggregated.append((len(projection), AGGREGATES[type(node)], node.this, item, alias))
                 projection.append("")  # placeholder, filled with the aggregate alias below
+            elif _is_count_star(node):
+                aggregated.append((len(projection), "COUNT", None, item, alias))
+                projection.append("")
             else:
                 why = (
                     "an LLM call may appear bare, aliased, or as the only argument of "
-                    "AVG/SUM/COUNT/MIN/MAX"
+                    f"AVG/SUM/COUNT/MIN/MAX; {ACCEPTED_AGGREGATES}"
                     if _has_llm(node)
-                    else "only columns, LLM(...) and AVG/SUM/COUNT/MIN/MAX(LLM(...)) are supported"
+                    else f"only columns, LLM(...), {ACCEPTED_AGGREGATES}"
                 )
                 raise SQLError(f"unsupported in SELECT: {show(item)} ({why})")
         group = select.args.get("group")
@@ -440,22 +456,47 @@ class _Compiler:
                 if not isinstance(g, exp.Column):
                     raise SQLError(f"unsupported in GROUP BY: {show(g)} (only columns)")
                 group_by.append(self.qualify(g, "GROUP BY", g))
-            if agg_call is None:
+            if not aggregated:
                 raise SQLError(
-                    f"unsupported GROUP BY {show(group)} without AVG/SUM/COUNT/MIN/MAX(LLM(...))"
+                    f"unsupported GROUP BY {show(group)} without "
+                    f"AVG/SUM/COUNT/MIN/MAX(LLM(...)) or COUNT(*) in SELECT"
                 )
-        if agg_call is not None:
-            node, function, item, alias = agg_call
-            implied = Implied.nothing() if function == "COUNT" else Implied.number(show(item))
-            call = self.llm_call(node, "SELECT", item, None, implied)
+        if not aggregated:
+            return projection, None, group_by
+        items = []
+        for position, function, node, item, alias in aggregated:
+            if node is None:
+                name = alias or "count_star"
+            else:
+                implied = Implied.nothing() if function == "COUNT" else Implied.number(show(item))
+                call = self.llm_call(node, "SELECT", item, None, implied)
+                name = alias or f"{function.lower()}_{call.name}"
             try:
-                aggregate = Aggregate(
-                    tuple(group_by), function, call.name, alias or f"{function.lower()}_{call.name}"
-                )
+                items.append(AggregateItem(function, None if node is None else call.name, name))
             except ValueError as exc:
                 raise SQLError(f"{exc} in SELECT: {show(item)}") from exc
-            projection = [aggregate.alias if p == "" else p for p in projection]
+            projection[position] = name
+        try:
+            aggregate = Aggregate(tuple(group_by), tuple(items))
+        except ValueError as exc:
+            raise SQLError(f"{exc} in SELECT: {show(select)}") from exc
         return projection, aggregate, group_by
+
+
+def _is_llm_aggregate(node: exp.Expression) -> bool:
+    """`AVG|SUM|COUNT|MIN|MAX(LLM(...))` with nothing else (no DISTINCT, no second argument)."""
+    return type(node) in AGGREGATES and _is_llm(node.this) and not _extra_args(node)
+
+
+def _extra_args(node: exp.Expression) -> list[str]:
+    """Arguments of an aggregate besides its one operand (DISTINCT, a second argument);
+    `big_int`, sqlglot's marker for DuckDB's 64-bit COUNT, is not one."""
+    return [k for k, v in node.args.items() if v and k not in ("this", "big_int")]
+
+
+def _is_count_star(node: exp.Expression) -> bool:
+    """`COUNT(*)`: the rows that reach the aggregate (passed and answered), per group."""
+    return isinstance(node, exp.Count) and isinstance(node.this, exp.Star) and not _extra_args(node)
 
 
 def _conjuncts(node: exp.Expression) -> list[exp.Expression]:

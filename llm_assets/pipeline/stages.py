@@ -13,6 +13,7 @@ predicate removed it before the LLM, or a null in an LLM field under the skip po
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import duckdb
@@ -441,19 +442,78 @@ def _evaluate(frame: pd.DataFrame, predicate: str) -> pd.Series:
 
 
 def run_answer(result: pd.DataFrame, query: LLMQuery) -> pd.DataFrame:
-    """The query's output: projected passing rows, or the aggregate per group."""
+    """The query's output: projected passing rows, or the aggregate (`LLMQuery.aggregate_sql`)
+    over them: one row per group, or exactly one row without GROUP BY.
+
+    The aggregate reads the rows that passed and were answered: AVG/SUM/MIN/MAX read each
+    answer as a number (`answer_number`; an answer that is not one is null, as in SQL),
+    COUNT(LLM(...)) counts answers, COUNT(*) counts rows. Runs on a locked DuckDB connection
+    with the SQL built from the query model."""
     rows = result[result["passed"] & (result["status"] == "answered")]
-    names = query.output_names()
     agg = query.aggregate
     if agg is None:
         return rows[list(query.projection_columns())].reset_index(drop=True)
-    groups = [names[c] for c in agg.group_by]
-    values = pd.to_numeric(rows[agg.call_name], errors="coerce")
-    frame = rows[groups].assign(_value=values)
-    func = {"AVG": "mean", "SUM": "sum", "COUNT": "count", "MIN": "min", "MAX": "max"}
-    grouped = frame.groupby(groups, dropna=False)["_value"].agg(func[agg.function])
-    out = grouped.rename(agg.alias).reset_index()
-    return out[list(query.projection_columns())]
+    names = query.output_names()
+    frame = pd.DataFrame(index=rows.index)
+    for column in dict.fromkeys(names[g] for g in agg.group_by):
+        frame[column] = rows[column]
+    numeric = {i.call_name for i in agg.items if i.call_name is not None and i.numeric}
+    for call in agg.call_names:
+        if call in numeric:
+            frame[call] = pd.array([answer_number(a) for a in rows[call]], dtype="Float64")
+        else:
+            frame[call] = rows[call].astype(object)
+    if frame.columns.empty:  # COUNT(*) alone, no GROUP BY: DuckDB needs a column to scan
+        frame["_"] = True
+    con = locked_connection()
+    try:
+        con.register("_rows", frame.reset_index(drop=True))
+        return con.execute(query.aggregate_sql("_rows")).df()
+    finally:
+        con.close()
+
+
+ANSWER_PREVIEW_ROWS = 20
+"""Rows of the answer a run summary shows (`answer_records`)."""
+
+
+def answer_records(answer: pd.DataFrame, limit: int | None = ANSWER_PREVIEW_ROWS) -> list[dict]:
+    """The first `limit` rows of the query's answer (all with None) as JSON-ready dicts, for a
+    run summary: nulls (None, NaN, NA) as None, numpy numbers as Python numbers, timestamps
+    and other values as text. An aggregate without GROUP BY is one record, e.g.
+    `[{"avg_stars": 3.2, "n": 812}]`."""
+    rows = answer if limit is None else answer.head(limit)
+    return [
+        {str(k): _json_value(v) for k, v in record.items()}
+        for record in rows.to_dict(orient="records")
+    ]
+
+
+def _json_value(value: object) -> object:
+    if value is None or (
+        not isinstance(value, list | tuple | dict | np.ndarray) and pd.isna(value)
+    ):
+        return None
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return str(value)
+
+
+def answer_number(answer: object) -> float | None:
+    """An answer as a number, read as `OutputSpec.violation` reads a `number(lo,hi)` answer
+    (the stripped text as a float), or None when it is not a finite number. A number outside
+    the spec's range is kept (its violation is recorded in `llm_outputs`)."""
+    if answer is None or (isinstance(answer, float) and math.isnan(answer)):
+        return None
+    try:
+        value = float(str(answer).strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def accounting(result: pd.DataFrame) -> dict[str, int]:

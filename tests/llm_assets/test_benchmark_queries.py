@@ -94,7 +94,7 @@ EXPECTED = {
         [("llm_1", ("r.review_content", "m.movie_info"), SCORE, 3)],
         (),
         ("m.movie_title", "avg_score"),
-        Aggregate(("m.movie_title",), "AVG", "llm_1", "avg_score"),
+        Aggregate.of(("m.movie_title",), "AVG", "llm_1", "avg_score"),
     ),
     ("q4", "products"): (
         PRODUCTS,
@@ -103,7 +103,7 @@ EXPECTED = {
         [("llm_1", P_FIELDS, SCORE, 3)],
         (),
         ("r.asin", "avg_score"),
-        Aggregate(("r.asin",), "AVG", "llm_1", "avg_score"),
+        Aggregate.of(("r.asin",), "AVG", "llm_1", "avg_score"),
     ),
     ("q5", "squad"): (
         (Source("s", "squad"),),

@@ -69,9 +69,15 @@ def run_fake(con: duckdb.DuckDBPyConnection, q: LLMQuery, pushdown: bool) -> lis
         sql = f"SELECT {select} FROM staged WHERE {where}"
     else:
         names = q.output_names()
-        groups = ", ".join(f'"{names[g]}"' for g in agg.group_by)
-        value = f'{agg.function}(CAST("{agg.call_name}" AS DOUBLE)) AS "{agg.alias}"'
-        sql = f"SELECT {groups}, {value} FROM staged WHERE {where} GROUP BY {groups}"
+        groups = [f'"{names[g]}"' for g in agg.group_by]
+        values = [
+            f'{i.function}(CAST("{i.call_name}" AS DOUBLE)) AS "{i.alias}"'
+            if i.call_name
+            else f'COUNT(*) AS "{i.alias}"'
+            for i in agg.items
+        ]
+        group_by = f" GROUP BY {', '.join(groups)}" if groups else ""
+        sql = f"SELECT {', '.join(groups + values)} FROM staged WHERE {where}{group_by}"
     result = con.execute(sql).fetchall()
     con.unregister("staged")
     return sorted(result, key=repr)
@@ -208,7 +214,7 @@ def test_pushdown_parity_with_aggregate(con: duckdb.DuckDBPyConnection) -> None:
             LLMCall("llm_1", "Score {content}", ("r.content",), OutputSpec.number(0, 5), 3),
         ),
         llm_filters=(),
-        aggregate=Aggregate(("m.title",), "AVG", "llm_1", "avg_score"),
+        aggregate=Aggregate.of(("m.title",), "AVG", "llm_1", "avg_score"),
         projection=("m.title", "avg_score"),
     )
     assert run_fake(con, q, True) == run_fake(con, q, False)
@@ -251,12 +257,12 @@ def test_three_sources_join_order() -> None:
             "calls: ['llm_1', 'llm_2']",
         ),
         (
-            {"aggregate": Aggregate(("m.title",), "AVG", "llm_1", "avg")},
+            {"aggregate": Aggregate.of(("m.title",), "AVG", "llm_1", "avg")},
             "projection 'r.title' is neither grouped nor aggregated; "
             "with GROUP BY the projection may hold ['m.title', 'avg']",
         ),
         (
-            {"aggregate": Aggregate((), "AVG", "nope", "avg"), "projection": ("avg",)},
+            {"aggregate": Aggregate.of((), "AVG", "nope", "avg"), "projection": ("avg",)},
             "aggregate AVG(nope) names unknown call 'nope'; known calls: ['llm_1', 'llm_2']",
         ),
         (
@@ -302,5 +308,5 @@ def test_predicate_and_filter_validation() -> None:
     ):
         LLMFilter("llm_1", "<", "Yes")
     with pytest.raises(ValueError, match="unknown aggregate 'MEDIAN'"):
-        Aggregate((), "MEDIAN", "llm_1", "x")  # type: ignore[arg-type]
+        Aggregate.of((), "MEDIAN", "llm_1", "x")  # type: ignore[arg-type]
     assert LLMFilter("c", "!=", "Yes").keeps(" No ") and not LLMFilter("c", "=", "Yes").keeps("No")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import llm_assets.sql as sql_module
 import llm_assets.sql_outputs as sql_outputs_module
 from llm_assets.output_spec import OutputSpec
-from llm_assets.query import Join, LLMFilter, Predicate, Retrieval, Source
+from llm_assets.query import Aggregate, AggregateItem, Join, LLMFilter, Predicate, Retrieval, Source
 from llm_assets.sql import SQLError, compile_sql
 from llm_assets.sql_outputs import (
     DEFAULT_NUMBER_RANGE,
@@ -86,17 +86,14 @@ def test_aggregates_get_number_specs() -> None:
     )
     assert q.llm_calls[0].output == OutputSpec.number(1, 10)
     assert q.llm_calls[0].max_tokens == MAX_TOKENS_NUMBER
-    assert (q.aggregate.group_by, q.aggregate.function, q.aggregate.alias) == (
-        ("m.title",),
-        "AVG",
-        "s",
-    )
+    assert q.aggregate == Aggregate.of(("m.title",), "AVG", q.llm_calls[0].name, "s")
     q = compile_sql(f"SELECT SUM(LLM('Score {{content}}', r.content)) {JOIN}")
     assert q.llm_calls[0].output == OutputSpec.number(*DEFAULT_NUMBER_RANGE)
-    assert q.aggregate.group_by == () and q.aggregate.alias == "sum_llm_1"
+    assert q.aggregate.group_by == () and q.aggregate.aliases == ("sum_llm_1",)
     assert q.projection == ("sum_llm_1",)
     q = compile_sql(f"SELECT COUNT(LLM('Topic {{content}}', r.content)) AS n {JOIN}")
-    assert q.llm_calls[0].output == OutputSpec.text() and q.aggregate.function == "COUNT"
+    assert q.llm_calls[0].output == OutputSpec.text()
+    assert q.aggregate.items == (AggregateItem("COUNT", "llm_1", "n"),)
 
 
 def test_similarity_search() -> None:
