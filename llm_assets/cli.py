@@ -280,12 +280,20 @@ def stats_report(stats, engine, wall_s: float) -> dict:
     }
 
 
-def check_out(out: Path | None, tables: dict[str, str], query_path: Path) -> None:
-    """Refuse an `--out` that cannot take the result, before anything is sent."""
+def answer_path(out: Path) -> Path:
+    """Where `--out X.ext` puts an aggregating query's answer: `X.answer.ext`."""
+    return out.with_name(f"{out.stem}.answer{out.suffix}")
+
+
+def check_out(out: Path | None, tables: dict[str, str], query_path: Path, aggregates: bool):
+    """Refuse an `--out` (and, for an aggregate, its answer file) that cannot take the
+    result, before anything is sent."""
     from llm_assets.data.writers import check_target
 
-    if out is not None:
-        problem = check_target(out, [*tables.values(), query_path])
+    if out is None:
+        return
+    for target in (out, answer_path(out)) if aggregates else (out,):
+        problem = check_target(target, [*tables.values(), query_path])
         if problem:
             fail(problem)
 
@@ -332,6 +340,7 @@ def run_command(query_path, tables, method, out, cache, chunk_size, **switches):
     (rows, requests, token hit rate, engine time, cost) as one JSON object on stdout."""
     from llm_assets.data.writers import write_table
     from llm_assets.pipeline.run import run_query
+    from llm_assets.pipeline.stages import answer_records
     from resources.response_cache import CacheLockTimeout
     from resources.runner import TooManyErrors
 
@@ -342,8 +351,9 @@ def run_command(query_path, tables, method, out, cache, chunk_size, **switches):
         options = query_options(**{**options.model_dump(), "chunk_size": chunk_size})
     sql = read_sql(query_path)
     named = parse_tables(tables)
-    check_out(out, named, query_path)
     query, frames = load_inputs(sql, named, query_path.stem)
+    aggregates = query.aggregate is not None
+    check_out(out, named, query_path, aggregates)
     responses = response_cache(switches.engine, cache)
     kept = (
         f"; answered requests are in the response cache {responses.path}, a rerun sends "
@@ -363,6 +373,8 @@ def run_command(query_path, tables, method, out, cache, chunk_size, **switches):
     if out is not None:
         try:
             write_table(run.result, out)
+            if aggregates:
+                write_table(run.answer, answer_path(out))
         except Exception as exc:  # noqa: BLE001 - any failure to write is one line
             reason = " ".join(str(exc).split()) or type(exc).__name__
             where = (
@@ -381,10 +393,14 @@ def run_command(query_path, tables, method, out, cache, chunk_size, **switches):
         "response_cache": str(responses.path) if responses.enabled else None,
     }
     report["answer_rows"] = len(run.answer)
+    if aggregates:  # the aggregate itself: one row without GROUP BY
+        report["answer"] = answer_records(run.answer)
     if run.filter_order is not None:
         report["llm_filter_order"] = run.filter_order.report()
     if out is not None:
         report["out"] = str(out)
+        if aggregates:
+            report["answer_out"] = str(answer_path(out))
     click.echo(json.dumps(report))
 
 

@@ -456,3 +456,26 @@ def test_a_failed_write_leaves_the_old_file_and_the_answers_in_the_cache(tmp_pat
         assert served(server) == 12  # nothing sent again
     assert json.loads(rerun.stdout)["cache_hits"] == 12
     assert len(pd.read_parquet(out)) == 12
+
+
+def test_run_shows_and_writes_a_global_aggregate(tmp_path):
+    """An aggregate without GROUP BY: the summary carries the one answer row and `--out X.csv`
+    writes it beside the result as `X.answer.csv` (issue 21 item 2)."""
+    table = tmp_path / "t.csv"
+    table.write_text("id,review\n1,great\n2,bad\n3,fine\n4,great\n5,meh\n")
+    sql = tmp_path / "stars.sql"
+    sql.write_text(
+        "SELECT COUNT(*) AS n, AVG(LLM('Stars for {review}', t.review, "
+        "output => 'number(1,5)')) AS avg_stars FROM t"
+    )
+    out = tmp_path / "o.csv"
+    proc = run("run", str(sql), "--table", f"t={table}", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    result = pd.read_csv(out)
+    expected = pd.to_numeric(result["llm_1"], errors="coerce").mean()  # from the result rows
+    (answer,) = report["answer"]
+    assert answer["n"] == 5 and answer["avg_stars"] == pytest.approx(expected)
+    assert report["answer_out"] == str(tmp_path / "o.answer.csv")
+    written = pd.read_csv(report["answer_out"])
+    assert written.to_dict(orient="records") == [answer]
