@@ -215,6 +215,13 @@ class LLMEngine(ABC):
         return None
 
     @property
+    def identity(self) -> str:
+        """Who answers, beyond `name` and `model`, for the response cache: "" for an engine in
+        this process; a remote engine names the server as it reports itself and the endpoint,
+        so answers of different servers never mix (identical replicas share one identity)."""
+        return ""
+
+    @property
     def num_replicas(self) -> int:
         """Engine replicas one `run` spreads its requests over (1 for one server, a router or
         an in-process engine); the runner sends that many chunks' worth per call."""
@@ -249,6 +256,7 @@ class EngineWrapper(LLMEngine):
     honours_priority = property(lambda self: self.inner.honours_priority)
     gpu_rental = property(lambda self: self.inner.gpu_rental)
     num_replicas = property(lambda self: self.inner.num_replicas)
+    identity = property(lambda self: self.inner.identity)
 
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)

@@ -216,21 +216,23 @@ class OpenAIEngine(LLMEngine):
     # -- what the server is ----------------------------------------------------------------
 
     def server_info(self) -> ServerInfo:
-        """What `GET /models` and `GET /props` say (once per engine; never raises)."""
+        """What `GET /models` and `GET /props` say (once per engine; never raises): the first
+        replica that answers (replicas of one deployment say the same)."""
         with self._info_lock:
             if self._info is None:
-                if not self.probe:
-                    self._info = ServerInfo()
-                else:
+                self._info = ServerInfo()
+                for url in self.base_urls if self.probe else ():
                     self._info = _run_coroutine(
-                        lambda: probe_server(
-                            self.base_url,
+                        lambda url=url: probe_server(
+                            url,
                             self._headers(""),
                             self._auth(),
                             timeout_s=min(self.timeout_s, 10.0),
                             redact=self._redact,
                         )
                     )
+                    if self._info.identity is not None or self._info.auth_error is not None:
+                        break
             return self._info
 
     @property
@@ -254,6 +256,13 @@ class OpenAIEngine(LLMEngine):
     def endpoint_of(self, base_url: str) -> str:
         """The completion URL under `base_url`."""
         return f"{base_url}/chat/completions" if self.use_chat else f"{base_url}/completions"
+
+    @property
+    def identity(self) -> str:
+        """The server as it reports itself (`ServerInfo.identity`, asked once; "unknown"
+        without an answer or with `probe=False`) and the endpoint: `vllm;completions`."""
+        reported = self.server_info().identity or "unknown"
+        return f"{reported};{'chat' if self.use_chat else 'completions'}"
 
     @property
     def num_replicas(self) -> int:

@@ -10,7 +10,11 @@ the URL without its trailing `/v1`), each once and within `timeout_s` of wall-cl
   llama.cpp's `default_generation_settings.n_ctx` from `/props`, else `meta.n_ctx_train`
   from `/models`; None when the server says nothing;
 - `style`: "llamacpp" when `/props` answers like llama.cpp's `llama-server`, "vllm" when
-  `/models` names vLLM as the owner, else None (unknown).
+  `/models` names vLLM as the owner, else None (unknown);
+- `identity`: who answers, as the server reports itself: the `owned_by` values of `/models`
+  (sorted, `,`-joined: "vllm", "llamacpp", "llm-assets-sim", "openai", ...) plus
+  `+props` when `/props` answers as llama.cpp; None when `/models` got no reply. Replicas of
+  one deployment report the same identity; the response cache keys answers by it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class ServerInfo:
     style: str | None = None
     max_model_len: int | None = None
     auth_error: str | None = None
+    identity: str | None = None
 
 
 def _positive_int(value: Any) -> int | None:
@@ -74,6 +79,7 @@ async def probe_server(
             return ServerInfo()
         props = await _get(client, f"{base_url.removesuffix('/v1')}/props", timeout_s)
     style, window = None, None
+    owners: set[str] = set()
     if props is not None and props[0] == 200 and isinstance(props[1], dict):
         settings = props[1].get("default_generation_settings")
         if isinstance(settings, dict):
@@ -86,10 +92,15 @@ async def probe_server(
                 continue
             if entry.get("owned_by") == "vllm" and style is None:
                 style = "vllm"
+            if isinstance(entry.get("owned_by"), str):
+                owners.add(entry["owned_by"])
             meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
             window = (
                 window
                 or _positive_int(entry.get("max_model_len"))
                 or _positive_int(meta.get("n_ctx_train"))
             )
-    return ServerInfo(style=style, max_model_len=window)
+    identity = ",".join(sorted(owners)) or "?"
+    if style == "llamacpp":
+        identity += "+props"
+    return ServerInfo(style=style, max_model_len=window, identity=identity)

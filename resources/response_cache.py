@@ -100,9 +100,12 @@ class CacheLockTimeout(TimeoutError):
 
 @dataclass(frozen=True)
 class EngineKey:
-    """What, besides the request, decides an answer: the engine, the model, the temperature.
+    """What, besides the request, decides an answer: the engine, the model, the temperature,
+    and who answers (a remote server's identity and endpoint).
 
-    `EngineKey.of(engine)` reads the declared `LLMEngine.name`, `.model` and `.temperature`.
+    `EngineKey.of(engine)` reads the declared `LLMEngine.name`, `.model`, `.temperature` and
+    `.identity`. A sim server and a vLLM server serving the same model name, or one server's
+    completions and chat endpoints, never share answers; replicas of one deployment do.
     """
 
     engine: str
@@ -111,10 +114,13 @@ class EngineKey:
     """Served model name."""
     temperature: float = 0.0
     """Sampling temperature; a different temperature is a different answer."""
+    identity: str = ""
+    """Who answers (`LLMEngine.identity`: for a server, what it reports itself as and the
+    endpoint); "" for an in-process engine. Part of the key when set."""
 
     @classmethod
     def of(cls, engine: LLMEngine) -> EngineKey:
-        return cls(engine.name, engine.model, float(engine.temperature))
+        return cls(engine.name, engine.model, float(engine.temperature), engine.identity)
 
     def request_key(self, request: Request) -> str:
         """The stable cache key of `request` under this engine (64 hex digits)."""
@@ -127,6 +133,8 @@ class EngineKey:
             "output": dataclasses.asdict(request.output),
             "prompt": request.prompt,
         }
+        if self.identity:  # absent for in-process engines: their keys stay as they were
+            payload["identity"] = self.identity
         text = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -50,7 +50,7 @@ def test_engine_key_of_an_engine() -> None:
     from resources.openai_engine import OpenAIEngine
 
     engine = OpenAIEngine("http://127.0.0.1:9/v1", "m", temperature=0.3)
-    assert EngineKey.of(engine) == EngineKey("openai", "m", 0.3)
+    assert EngineKey.of(engine) == EngineKey("openai", "m", 0.3, "unknown;completions")  # no server
 
 
 def test_round_trip_count_and_first_writer_wins(tmp_path: Path) -> None:
