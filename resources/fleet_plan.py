@@ -195,8 +195,8 @@ def plan_fleet(
     loads = [0.0] * n_replicas
     placed: dict[int, int] = {}  # part position -> replica
     threshold = common + GROUP_MIN_CHARS
-    free = set(range(n_replicas))
-    for pos, part in enumerate(parts):  # continuations of an earlier chunk stay home
+    free = {r for r in range(n_replicas) if tails[r : r + 1] and tails[r] is not None}
+    for pos, part in enumerate(parts if free else ()):  # continuations stay home
         first = prompts[part.indices[0]]
         home = next(
             (r for r in sorted(free) if tails[r:r + 1] and tails[r] is not None
