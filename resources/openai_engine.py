@@ -75,7 +75,7 @@ import httpx
 from resources.engine import LLMEngine, Request, Response, RunResult, RunStats
 from resources.engine_config import OpenAIEngineConfig
 from resources.fleet_plan import GROUP_MIN_CHARS, FleetPlan, plan_fleet
-from resources.openai_fleet import Replica, plan_caps, serve_fleet
+from resources.openai_fleet import LANES_PER_WORKER, Replica, plan_caps, serve_fleet
 from resources.openai_probe import ServerInfo, probe_server
 from resources.openai_request import RequestFailed, RunState, failed_response, serve_request
 from resources.openai_wire import (
@@ -383,7 +383,10 @@ class OpenAIEngine(LLMEngine):
                 replica.parts.extend(
                     (n, part) for n, part in enumerate(queue, start=replica.index * total)
                 )
-            plan_caps(replicas, self.max_concurrency, self.prefix_affinity)
+            # llama.cpp caches per slot: a group stays on one slot; a shared cache: short lanes
+            per_slot = style == "llamacpp"
+            plan_caps(replicas, self.max_concurrency, self.prefix_affinity,
+                      1 if per_slot else LANES_PER_WORKER)  # fmt: skip
             keys = {i: part.key for queue in plan.queues for part in queue for i in part.indices}
             tails = list(self._tails[1]) if self._tails[0] == relquery_id else []
             tails += [None] * (len(replicas) - len(tails))

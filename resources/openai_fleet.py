@@ -10,9 +10,13 @@ Invariants:
   replica's first, then the one with the most planned mass left), else ends. It steals only
   from a replica all of whose tasks hold a lane (that part would wait), so the tasks that
   start first never empty the queues of replicas whose tasks have not started yet;
-- a part becomes lanes of at most `Replica.cap` requests (the whole part when affinity is
-  off: one request per lane); a part's first lane leads, the others wait until the part's
-  first request has been served (its prefix is then in the replica's cache);
+- a part becomes lanes of at most `Replica.cap` requests (one request per lane when affinity
+  is off); a part's first lane leads, the others wait until the part's first request has
+  been served (its prefix is then in the replica's cache). `plan_caps` gives each task
+  `lanes_per_worker` lanes' worth of the replica's plan: 1 for a server whose cache is per
+  slot (llama.cpp: a group stays on one slot, served in order), `LANES_PER_WORKER` for a
+  shared prefix cache (vLLM, SGLang), where shorter lanes even out the tail: a lane started
+  last ends at most one lane's length after the others;
 - `serve(i, replica)` serves request i and says whether the request must move: it returns
   False when the request ended (answered or failed for good) and True when it failed at
   this replica and should be tried at another (its replica died, `Replica.dead` set, or it
@@ -81,11 +85,21 @@ class Replica:
         return sum(part.mass for _, part in self.parts)
 
 
-def plan_caps(replicas: list[Replica], workers: int, affinity: bool) -> None:
-    """Set each replica's lane cap from its planned requests."""
+LANES_PER_WORKER = 4
+"""Lanes per task of a replica's plan on a server with a shared prefix cache. One lane per
+task (each the replica's ideal number of rounds) left a replica whose long lane started late
+running past the others (benchmarks.fleet: see README, Scaling out)."""
+
+
+def plan_caps(
+    replicas: list[Replica], workers: int, affinity: bool, lanes_per_worker: int = 1
+) -> None:
+    """Set each replica's lane cap from its planned requests: `lanes_per_worker` lanes per
+    task (see the module invariants)."""
     for replica in replicas:
         n = sum(len(part.indices) for _, part in replica.parts)
-        replica.cap = max(1, math.ceil(n / max(1, workers))) if affinity else 1
+        lanes = max(1, workers) * max(1, lanes_per_worker)
+        replica.cap = max(1, math.ceil(n / lanes)) if affinity else 1
 
 
 async def serve_fleet(

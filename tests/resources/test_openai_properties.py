@@ -121,16 +121,17 @@ prompt_lists = st.lists(
 
 
 @settings(max_examples=200, deadline=None)
-@given(prompt_lists, st.integers(1, 8), st.booleans())
-def test_lanes_partition_the_run_in_order(prompts: list[str], workers: int, affinity: bool):
+@given(prompt_lists, st.integers(1, 8), st.booleans(), st.sampled_from([1, 4]))
+def test_lanes_partition_the_run_in_order(prompts: list[str], workers: int, affinity: bool,
+                                          per_worker: int):  # fmt: skip
     """One replica (a server or a router): its lanes, as `serve_fleet` starts them."""
     replica = Replica(0, "http://h/v1")
     replica.parts.extend(enumerate(plan_fleet(prompts, 1).queues[0]))
-    plan_caps([replica], workers, affinity)
+    plan_caps([replica], workers, affinity, per_worker)
     lanes = [lane for n, part in replica.parts for lane in part_lanes(part, n, replica.cap)]
     flat = [i for lane in lanes for i in lane.indices]
     assert flat == list(range(len(prompts)))  # every request once, in order
-    cap = -(-len(prompts) // workers) if prompts else 1
+    cap = -(-len(prompts) // (workers * per_worker)) if prompts else 1
     groups = prefix_groups(prompts)
     for lane in lanes:
         assert lane.indices and (not affinity or len(lane.indices) <= cap)
@@ -147,10 +148,10 @@ def test_lanes_partition_the_run_in_order(prompts: list[str], workers: int, affi
 
 
 def test_a_prefix_group_is_served_in_order_one_at_a_time() -> None:
-    """GGR order: three movies x five reviews, three workers (so no group is cut: a group is
-    cut only when longer than ceil(n / max_concurrency)). Each movie's requests must reach
-    the server in order and never overlap in time (one slot keeps the group's prefix);
-    movies run in parallel."""
+    """A llama.cpp-style server (a cache per slot), GGR order: three movies x five reviews,
+    three workers (so no group is cut: a group is cut only when longer than ceil(n /
+    max_concurrency)). Each movie's requests must reach the server in order and never overlap
+    in time (one slot keeps the group's prefix); movies run in parallel."""
     movies = ["A" * 200, "B" * 200, "C" * 200]
     prompts = [f"Instruction.\nmovie: {m}\nreview {k}" for m in movies for k in range(5)]
     spans: dict[int, list[tuple[float, float]]] = {}
@@ -174,7 +175,8 @@ def test_a_prefix_group_is_served_in_order_one_at_a_time() -> None:
 
     requests = [Request(f"r{i}", p) for i, p in enumerate(prompts)]
     with HostileServer(script) as srv:
-        result = OpenAIEngine(srv.url, "m", max_concurrency=3, probe=False).run("q", requests)
+        engine = OpenAIEngine(srv.url, "m", max_concurrency=3, probe=False, server_style="llamacpp")
+        result = engine.run("q", requests)
     assert all(r.ok for r in result.responses)
     assert max(overlap) == 1  # never two requests of one movie in flight at once
     assert max(total) > 1  # but the movies ran side by side
