@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from jobs.jobs import jobs_for
+from jobs.jobs import check_query_names, jobs_for
 from jobs.resources import get_environment, resources_for
 from jobs.schedules import daily_benchmark
 
@@ -20,9 +20,18 @@ def query_groups(loaded: dg.Definitions) -> set[str]:
     return {s.group_name for s in specs if s.group_name is not None}
 
 
+def query_names(loaded: dg.Definitions) -> set[str]:
+    """The declared queries: a query's lineage is the assets `<name>/...` of group `<name>`
+    (the datasets' group holds `movies/...`, not `datasets/...`)."""
+    specs = [s for a in loaded.assets or () for s in getattr(a, "specs", ())]
+    return {s.group_name for s in specs if s.key.path[0] == s.group_name}
+
+
 def build_defs(resources: dict | None = None) -> dg.Definitions:
-    """The code location's definitions; `resources` replaces the environment's defaults."""
+    """The code location's definitions; `resources` replaces the environment's defaults. A
+    query named like one of its groups or jobs (`jobs.jobs.RESERVED_QUERY_NAMES`) is refused."""
     loaded = dg.load_from_defs_folder(path_within_project=ROOT)
+    check_query_names(query_names(loaded))
     return dg.Definitions.merge(
         loaded,
         dg.Definitions(

@@ -8,8 +8,36 @@ from collections.abc import Iterable
 import dagster as dg
 
 from jobs.defs.benchmark_queries import BENCHMARKS
+from llm_assets.sql_ast import case_twin
 
 DATASETS_GROUP = "datasets"
+BENCHMARK_JOBS = ("benchmark", "products_benchmark")
+"""The jobs over several query groups, `<name>_job`."""
+RESERVED_QUERY_NAMES = {
+    DATASETS_GROUP: "the asset group of the benchmark datasets (a query there gets no job)",
+    **{name: f"{name}_job is the job of the benchmark queries" for name in BENCHMARK_JOBS},
+}
+"""Query names this code location uses for something else, and what."""
+
+
+def check_query_names(names: Iterable[str]) -> None:
+    """ValueError, one line, for a query named like something of this code location
+    (`RESERVED_QUERY_NAMES`), or for two queries whose names differ only in case (the
+    warehouse, DuckDB, would store both lineages in one schema)."""
+    names = sorted(names)
+    for name in names:
+        if name in RESERVED_QUERY_NAMES:
+            raise ValueError(
+                f"query name {name!r} is reserved in this code location: "
+                f"{RESERVED_QUERY_NAMES[name]}; choose another name"
+            )
+    twins = case_twin(names)
+    if twins is not None:
+        raise ValueError(
+            f"query names {twins[0]!r} and {twins[1]!r} differ only in case: the warehouse "
+            "(DuckDB, case-insensitive) would store both queries' tables in one schema; "
+            "rename one"
+        )
 
 
 def query_job(group: str, description: str, groups: Iterable[str] | None = None):
@@ -32,6 +60,7 @@ def jobs_for(groups: Iterable[str]) -> list:
     ]
     movies = [g for g, (_, d) in BENCHMARKS.items() if d != "products"]
     products = [g for g, (_, d) in BENCHMARKS.items() if d == "products"]
-    jobs.append(query_job("benchmark", "The five benchmark queries Q1-Q5 (Movies, SQuAD).", movies))
-    jobs.append(query_job("products_benchmark", "Q1-Q4 on the Products dataset.", products))
+    benchmark, products_benchmark = BENCHMARK_JOBS
+    jobs.append(query_job(benchmark, "The five benchmark queries Q1-Q5 (Movies, SQuAD).", movies))
+    jobs.append(query_job(products_benchmark, "Q1-Q4 on the Products dataset.", products))
     return jobs

@@ -109,6 +109,7 @@ from llm_assets.query import (
 )
 from llm_assets.sql_ast import (
     alias_problem,
+    case_twin,
     check_name,
     column_problem,
     parse_error,
@@ -552,7 +553,8 @@ def _statement(sql: str) -> exp.Select:
 
 
 def check_columns(query: LLMQuery, tables: Mapping[str, Sequence[str]]) -> None:
-    """Raise `SQLError` naming the first column the query reads that its table lacks."""
+    """Raise `SQLError` naming the first column the query reads that its table lacks, or that
+    its table holds twice as DuckDB sees names (`review` and `Review`: `sql_ast.case_twin`)."""
     by_alias = {s.alias: s.table for s in query.sources}
     used = list(query.columns_needed()) + [r.corpus_column for r in query.retrievals]
     for j in query.joins:
@@ -565,6 +567,13 @@ def check_columns(query: LLMQuery, tables: Mapping[str, Sequence[str]]) -> None:
         if name not in tables[table]:
             raise SQLError(
                 f"unknown column {column}: table {table!r} has columns {list(tables[table])}"
+            )
+        twins = case_twin(tables[table], name)
+        if twins is not None:
+            raise SQLError(
+                f"ambiguous column {column}: table {table!r} has columns {twins[0]!r} and "
+                f"{twins[1]!r}, which DuckDB cannot tell apart (it compares column names "
+                "case-insensitively); rename one of them"
             )
 
 

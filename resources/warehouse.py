@@ -26,11 +26,16 @@ import pandas as pd
 import pyarrow as pa
 from sqlglot import exp
 
+from llm_assets.sql_ast import case_twin, duckdb_fold
 from resources.home import llm_assets_home
 
 VERSIONS = "_llm_assets_versions"
 CATALOG = "llm-assets-warehouse"
 """The name the file is attached under: no query name (an identifier) can collide with it."""
+RESERVED_SCHEMAS = frozenset({"information_schema", "pg_catalog", "memory", "system", "temp"})
+"""Schema names DuckDB keeps for itself, compared as DuckDB does (`duckdb_fold`): its system
+schemas cannot hold a table, and a view in a schema named like one of its built-in catalogs
+fails to bind even fully qualified. An asset whose schema is one of them is refused."""
 
 
 def _table(schema: str, name: str, catalog: str | None = None) -> exp.Table:
@@ -61,6 +66,11 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
         """(schema, table) of an asset for the partitions a run covers (none: unpartitioned;
         one: that partition's slot; several: one slot for the run's range)."""
         schema = "_".join(key.path[:-1]) or "public"
+        if duckdb_fold(schema) in RESERVED_SCHEMAS:
+            raise ValueError(
+                f"asset {key.to_user_string()}: its warehouse schema {schema!r} is a name DuckDB "
+                f"reserves ({', '.join(sorted(RESERVED_SCHEMAS))}); rename the key's prefix"
+            )
         name = key.path[-1]
         if partitions:
             name += "__p_" + hashlib.sha1("\n".join(partitions).encode()).hexdigest()[:12]
@@ -114,6 +124,12 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
         schema, name = self._slot(context.asset_key, self._partitions(context))
         version = self._version(name, context.run_id)
         frame = obj if isinstance(obj, pa.Table | pd.DataFrame) else pd.DataFrame(obj)
+        twins = case_twin(frame.column_names if isinstance(frame, pa.Table) else frame.columns)
+        if twins is not None:  # DuckDB would silently store the second as `<name>_1`
+            raise ValueError(
+                f"{context.asset_key.to_user_string()}: columns {twins[0]!r} and {twins[1]!r} "
+                "differ only in case, which DuckDB cannot keep apart; rename one"
+            )
         con = self._connect()
         try:
             con.execute(
@@ -178,11 +194,14 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
         same_run = self._version(name, run_id)
         con = self._connect()
         try:
-            found = con.execute(
-                "SELECT count(*) FROM information_schema.tables "
-                "WHERE table_catalog = ? AND table_schema = ? AND table_name = ?",
+            found = con.execute(  # names as DuckDB resolves them: ASCII case ignored
+                "SELECT table_schema, table_name FROM information_schema.tables "
+                "WHERE table_catalog = ? AND lower(table_schema) = lower(?) "
+                "AND lower(table_name) = lower(?)",
                 [CATALOG, schema, same_run],
-            ).fetchone()[0]
+            ).fetchall()
+            wanted = (duckdb_fold(schema), duckdb_fold(same_run))
+            found = any((duckdb_fold(s), duckdb_fold(t)) == wanted for s, t in found)
             table = same_run if found else name
             try:
                 sql = exp.select("*").from_(self._t(schema, table)).sql(dialect="duckdb")

@@ -36,7 +36,7 @@ def _partitions(context) -> list[str]:
     return list(context.partition_keys) if partitioned else []
 
 
-ORDER = "llm_filter_order"
+ORDER = checks.ORDER
 
 
 def _order_in(qdef: QueryDefinition) -> dict[str, dg.AssetIn]:
@@ -44,14 +44,8 @@ def _order_in(qdef: QueryDefinition) -> dict[str, dg.AssetIn]:
 
 
 def _calls(qdef: QueryDefinition, ins: dict) -> tuple[LLMCall, ...]:
-    """The LLM calls in the order the stages run them: as written, or (several LLM filters)
-    the order `llm_filter_order` chose this run, then the other calls as written."""
-    calls = qdef.query.llm_calls
-    if "filter_order" not in ins:
-        return calls
-    by_name = {c.name: c for c in calls}
-    first = [by_name[name] for name in ins["filter_order"]["call"]]
-    return (*first, *(c for c in calls if c not in first))
+    """The LLM calls in the order the stages run them (`QueryDefinition.run_order`)."""
+    return qdef.run_order(ins.get("filter_order"))
 
 
 def _ins(qdef: QueryDefinition, k: int) -> dict[str, dg.AssetIn]:

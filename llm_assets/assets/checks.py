@@ -2,6 +2,8 @@
 of problems (empty: passed), wrapped as a Dagster check beside its asset; tests call the pure
 functions with corrupted frames to see them fail."""
 
+from collections.abc import Sequence
+
 import dagster as dg
 import pandas as pd
 
@@ -9,10 +11,12 @@ from llm_assets.assets.definition import QueryDefinition
 from llm_assets.optimizer.schedule import validate_schedule
 from llm_assets.pipeline import stages
 from llm_assets.pipeline.options import QueryOptions
-from llm_assets.query import LLMCall
+from llm_assets.query import LLMCall, LLMQuery
 from resources.expectations import Expect, GXValidator
 
 FIELDS_CHECK = "llm_fields_present"
+ORDER = "llm_filter_order"
+"""The asset holding a run's LLM filter order (`builders.filter_order_asset`)."""
 
 
 # ---- pure checks -------------------------------------------------------------------------
@@ -55,8 +59,15 @@ def response_problems(outputs: pd.DataFrame, plan: pd.DataFrame) -> list[str]:
     return problems
 
 
-def accounting_problems(result: pd.DataFrame, base: pd.DataFrame) -> list[str]:
-    """answered + skipped + failed == rows in, and `result` holds exactly `base`'s rows."""
+def accounting_problems(
+    result: pd.DataFrame,
+    base: pd.DataFrame,
+    query: LLMQuery | None = None,
+    calls: Sequence[LLMCall] | None = None,
+) -> list[str]:
+    """answered + skipped + failed == rows in, and `result` holds exactly `base`'s rows; with
+    `query`, every `answered` row has the answers it claims (`unanswered_problems`, the calls
+    in the order they ran: `calls`, default as written)."""
     counts = stages.accounting(result)
     problems = []
     total = counts["answered"] + counts["skipped"] + counts["failed"]
@@ -70,6 +81,32 @@ def accounting_problems(result: pd.DataFrame, base: pd.DataFrame) -> list[str]:
     unexplained = result["status"].isin(["skipped", "failed"]) & result["reason"].isna()
     if unexplained.any():
         problems.append(f"{int(unexplained.sum())} skipped/failed rows without a reason")
+    if query is not None:
+        problems += unanswered_problems(result, query, calls)
+    return problems
+
+
+def unanswered_problems(
+    result: pd.DataFrame, query: LLMQuery, calls: Sequence[LLMCall] | None = None
+) -> list[str]:
+    """Every `answered` row has a (non-null) answer from each LLM call it reached: the first
+    call that ran, then each next one while its answers pass the filters on the calls before
+    (a row an LLM filter drops reaches no later call). `calls`: the order the calls ran."""
+    problems = []
+    reached = result["status"] == "answered"
+    for call in query.llm_calls if calls is None else calls:
+        if call.name not in result:
+            return [*problems, f"no column {call.name!r} for the answers of LLM call {call.name}"]
+        answer = result[call.name]
+        null = reached & answer.isna()
+        if null.any():
+            rows = result.loc[null, stages.ROW].head(3).tolist()
+            problems.append(
+                f"{int(null.sum())} answered rows without an answer from {call.name} (rows {rows})"
+            )
+        filters = query.filters_for(call.name)
+        kept = answer.map(lambda a, fs=filters: isinstance(a, str) and all(f.keeps(a) for f in fs))
+        reached &= ~null & kept.astype(bool)
     return problems
 
 
@@ -183,15 +220,41 @@ def stage_checks(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
 
 
 def result_check(qdef: QueryDefinition):
-    @dg.asset_check(
+    """`every_row_accounted_for`: answered + skipped + failed == rows in, result reconciles
+    with its input, and an answered row has an answer from every LLM call it reached (in the
+    order the calls ran: with a run-time filter order, it reads `llm_filter_order` too)."""
+    ins = {"base": dg.AssetIn(qdef.key(qdef.base))}
+    if qdef.reorders_filters:
+        ins["filter_order"] = dg.AssetIn(qdef.key(ORDER))
+
+    def accounted(result: pd.DataFrame, base: pd.DataFrame, filter_order=None):
+        calls = qdef.run_order(filter_order)
+        problems = accounting_problems(result, base, qdef.query, calls)
+        return _result(problems, **stages.accounting(result))
+
+    decorate = dg.asset_check(
         asset=qdef.key("result"),
         name="every_row_accounted_for",
         blocking=True,
-        additional_ins={"base": dg.AssetIn(qdef.key(qdef.base))},
+        additional_ins=ins,
         partitions_def=qdef.partitions_def,
     )
-    def every_row_accounted_for(result: pd.DataFrame, base: pd.DataFrame):
-        """answered + skipped + failed == rows in, and result reconciles with its input."""
-        return _result(accounting_problems(result, base), **stages.accounting(result))
+    if qdef.reorders_filters:
+
+        @decorate
+        def every_row_accounted_for(
+            result: pd.DataFrame, base: pd.DataFrame, filter_order: pd.DataFrame
+        ):
+            """Every row answered, skipped or failed; an answered row has an answer from
+            each LLM call it reached, in this run's order."""
+            return accounted(result, base, filter_order)
+
+    else:
+
+        @decorate
+        def every_row_accounted_for(result: pd.DataFrame, base: pd.DataFrame):
+            """Every row answered, skipped or failed; an answered row has an answer from
+            each LLM call it reached."""
+            return accounted(result, base)
 
     return every_row_accounted_for

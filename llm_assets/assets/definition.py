@@ -14,8 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.sources import SourceSpec
-from llm_assets.query import LLMQuery
+from llm_assets.query import LLMCall, LLMQuery
 from llm_assets.sql import compile_sql
+from llm_assets.sql_ast import duckdb_fold
+from resources.warehouse import RESERVED_SCHEMAS
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -57,7 +59,9 @@ class LandingSpec(BaseModel):
 
 @dataclass(frozen=True)
 class QueryDefinition:
-    """`name` is the asset group and key prefix of the lineage (`name/filtered`, ...)."""
+    """`name` is the asset group and key prefix of the lineage (`name/filtered`, ...), and
+    the warehouse schema of its tables: an identifier, not one DuckDB reserves
+    (`resources.warehouse.RESERVED_SCHEMAS`, any case)."""
 
     name: str
     sql: str
@@ -71,6 +75,12 @@ class QueryDefinition:
         if NAME.fullmatch(self.name) is None:
             raise ValueError(
                 f"query name {self.name!r} must be a Python-like identifier (letters, digits, _)"
+            )
+        if duckdb_fold(self.name) in RESERVED_SCHEMAS:
+            raise ValueError(
+                f"query name {self.name!r} is reserved: the warehouse stores a query's tables "
+                f"in a DuckDB schema of its name, and DuckDB keeps "
+                f"{', '.join(sorted(RESERVED_SCHEMAS))} for itself; choose another name"
             )
         missing = sorted({s.table for s in self.query.sources} - set(self.sources))
         if missing:
@@ -155,6 +165,17 @@ class QueryDefinition:
         from llm_assets.planning import filter_calls
 
         return self.options.order_llm_filters and len(filter_calls(self.query)) >= 2
+
+    def run_order(self, filter_order=None) -> tuple[LLMCall, ...]:
+        """The LLM calls in the order the stages run them: as written, or (several LLM
+        filters) the order `filter_order` (the `llm_filter_order` asset: a `call` column)
+        chose this run, then the other calls as written."""
+        calls = self.query.llm_calls
+        if filter_order is None:
+            return calls
+        by_name = {c.name: c for c in calls}
+        first = [by_name[name] for name in filter_order["call"]]
+        return (*first, *(c for c in calls if c not in first))
 
     @property
     def engine_kind(self) -> str:

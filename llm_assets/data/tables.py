@@ -6,6 +6,8 @@ Invariants:
   as written). An empty unquoted CSV cell and a JSON null are null; a quoted empty CSV cell
   (`""`) is the empty string; JSON numbers and booleans keep their text, nested values become
   compact JSON text. Parquet keeps its own types and nulls.
+- Column names are non-blank and unique, also ignoring ASCII case: DuckDB, which runs the
+  query's SQL, cannot tell `review` from `Review`, so such a file is refused, not misread.
 - Bad input raises `InputError`, one line naming the file (and the line and column where they
   apply) and what would be accepted.
 - `predicate_types` (from `sql_types`) says which DuckDB type each text column would get from
@@ -26,6 +28,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 
 from llm_assets.data.sql_types import PREDICATE_TYPES, predicate_types
+from llm_assets.sql_ast import duckdb_fold
 
 FORMATS = ("csv", "tsv", "parquet", "jsonl", "json")
 SUFFIXES = {
@@ -273,10 +276,13 @@ def _delimited_problem(path: Path, text: str, delimiter: str, header: list[str],
 
 
 def _check_names(path: Path, names: Sequence[str], place: str) -> None:
-    """Every column has a non-blank, unique name; `place` ('line 1, column {}') locates one."""
+    """Every column has a non-blank, unique name, also as DuckDB compares names (ASCII case
+    ignored: `review` and `Review` are one column to any SQL); `place` ('line 1, column {}')
+    locates one."""
     if not names:
         raise InputError(f"{path}: no columns (expected a header row or records)")
     seen: dict[str, int] = {}
+    folded: dict[str, tuple[str, int]] = {}
     for number, name in enumerate(names, start=1):
         if not str(name).strip():
             raise InputError(
@@ -286,6 +292,13 @@ def _check_names(path: Path, names: Sequence[str], place: str) -> None:
             raise InputError(
                 f"{path}: {place.format(number)}: column name {name!r} appears twice (also "
                 f"column {seen[name]}); column names must be unique"
+            )
+        twin, where = folded.setdefault(duckdb_fold(str(name)), (name, number))
+        if where != number:
+            raise InputError(
+                f"{path}: {place.format(number)}: column name {name!r} differs from column "
+                f"{where} ({twin!r}) only in case, and the SQL engine (DuckDB) compares column "
+                "names case-insensitively, so no query could tell them apart; rename one"
             )
         seen[name] = number
 

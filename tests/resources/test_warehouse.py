@@ -4,16 +4,18 @@ the latest, a step reads its own run's upstream, old versions are dropped."""
 import dagster as dg
 import duckdb
 import pandas as pd
+import pytest
 
+import resources.warehouse as warehouse
 from resources.warehouse import WarehouseIOManager, warehouse_io_manager
 
 
-def build(n_rows):
-    @dg.asset(key=["w", "numbers"])
+def build(n_rows, prefix="w"):
+    @dg.asset(key=[prefix, "numbers"])
     def numbers():
         return pd.DataFrame({"x": range(n_rows)})
 
-    @dg.asset(key=["w", "total"], ins={"numbers": dg.AssetIn(["w", "numbers"])})
+    @dg.asset(key=[prefix, "total"], ins={"numbers": dg.AssetIn([prefix, "numbers"])})
     def total(numbers: pd.DataFrame):
         return pd.DataFrame({"n": [len(numbers)]})
 
@@ -48,29 +50,89 @@ def test_versions_are_kept_per_run_and_pruned(tmp_path):
     con.close()
 
 
-def test_a_step_reads_its_own_runs_upstream_not_the_latest(tmp_path):
+@pytest.mark.parametrize("prefix", ["w", "Main"])
+def test_a_step_reads_its_own_runs_upstream_not_the_latest(tmp_path, prefix):
     """Run A stores 4 numbers; while it runs, run B stores 6 (the latest); run A's next step
-    still reads A's 4. Reading outside a run gets the latest."""
+    still reads A's 4. Reading outside a run gets the latest. `Main` is DuckDB's schema
+    `main` (names compare case-insensitively): A's own version is found there too."""
     io = WarehouseIOManager(database=str(tmp_path / "store.duckdb"))
-    other_run = build(6)[:1]
+    other_run = build(6, prefix)[:1]
 
-    @dg.asset(key=["w", "numbers"])
+    @dg.asset(key=[prefix, "numbers"])
     def numbers():
         return pd.DataFrame({"x": range(4)})
 
-    @dg.asset(key=["w", "meanwhile"], deps=[numbers])
+    @dg.asset(key=[prefix, "meanwhile"], deps=[numbers])
     def meanwhile():
         assert dg.materialize(other_run, resources={"io_manager": io}).success
         return pd.DataFrame({"done": [True]})
 
-    @dg.asset(key=["w", "total"], ins={"numbers": dg.AssetIn(["w", "numbers"])}, deps=[meanwhile])
+    @dg.asset(
+        key=[prefix, "total"], ins={"numbers": dg.AssetIn([prefix, "numbers"])}, deps=[meanwhile]
+    )
     def total(numbers: pd.DataFrame):
         return pd.DataFrame({"n": [len(numbers)]})
 
     result = dg.materialize([numbers, meanwhile, total], resources={"io_manager": io})
-    assert result.output_for_node("w__total")["n"].tolist() == [4]
-    context = dg.build_input_context(asset_key=dg.AssetKey(["w", "numbers"]))
+    assert result.output_for_node(f"{prefix}__total")["n"].tolist() == [4]
+    context = dg.build_input_context(asset_key=dg.AssetKey([prefix, "numbers"]))
     assert len(io.load_input(context)) == 6
+
+
+def failure_of(result) -> str:
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    error = failure.event_specific_data.error
+    while error.cause is not None:
+        error = error.cause
+    return error.message.strip()
+
+
+def builtin_names() -> set[str]:
+    """DuckDB's own catalogs and schemas, as a fresh in-memory connection has them."""
+    con = duckdb.connect()
+    try:
+        databases = con.execute("SELECT database_name FROM duckdb_databases()").fetchall()
+        schemas = con.execute("SELECT schema_name FROM duckdb_schemas()").fetchall()
+    finally:
+        con.close()
+    return {name for (name,) in databases + schemas}
+
+
+def test_reserved_schemas_are_what_duckdb_cannot_host_and_are_refused_in_one_line(
+    tmp_path, monkeypatch
+):
+    """Without the guard, an asset under each of DuckDB's built-in names is stored and read
+    back unless the name is one of RESERVED_SCHEMAS (held to the DuckDB in use: an upgrade
+    that changes its names turns this red). With it, each is refused in one line, any case."""
+    io = WarehouseIOManager(database=str(tmp_path / "store.duckdb"))
+    names = builtin_names() | warehouse.RESERVED_SCHEMAS
+    with monkeypatch.context() as patch:
+        patch.setattr(warehouse, "RESERVED_SCHEMAS", frozenset())
+        broken = {
+            name
+            for name in names
+            if not dg.materialize(
+                build(3, name), resources={"io_manager": io}, raise_on_error=False
+            ).success
+        }
+    assert broken == warehouse.RESERVED_SCHEMAS and "main" in names - broken
+    for name in sorted(warehouse.RESERVED_SCHEMAS) + ["TEMP", "System"]:
+        result = dg.materialize(build(3, name), resources={"io_manager": io}, raise_on_error=False)
+        message = failure_of(result)
+        assert "\n" not in message and f"schema {name!r} is a name DuckDB reserves" in message
+
+
+def test_columns_differing_only_in_case_are_refused_not_renamed(tmp_path):
+    """DuckDB would store `Review` beside `review` as `Review_1`: refused in one line."""
+
+    @dg.asset(key=["w", "t"])
+    def t() -> pd.DataFrame:
+        return pd.DataFrame({"review": ["a"], "Review": ["A"]})
+
+    io = WarehouseIOManager(database=str(tmp_path / "store.duckdb"))
+    result = dg.materialize([t], resources={"io_manager": io}, raise_on_error=False)
+    message = failure_of(result)
+    assert "'review' and 'Review' differ only in case" in message and "\n" not in message
 
 
 def test_tables_are_replaced_when_columns_or_types_change_and_empty_ones_are_kept(tmp_path):

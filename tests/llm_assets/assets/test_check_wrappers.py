@@ -27,6 +27,7 @@ def frames():
             "status": ["answered"] * N,
             "reason": [None] * N,
             "passed": [True] * N,
+            "s": ["a"] * N,  # the LLM call's answers
         }
     )
     return deduped, plan, outputs_of(plan), base, result

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from llm_assets.data.tables import InputError, load_table, predicate_types
+from llm_assets.sql_ast import duckdb_fold
 
 SETTINGS = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -43,7 +44,8 @@ def cell_text(alphabet=None):
 
 
 def tables(alphabet=None):
-    """(names, rows): 1-4 unique non-blank column names and 0-8 rows of text or None."""
+    """(names, rows): 1-4 non-blank column names, unique also as DuckDB compares them (ASCII
+    case ignored), and 0-8 rows of text or None."""
 
     def with_rows(names):
         cell = st.one_of(st.none(), cell_text(alphabet))
@@ -56,7 +58,7 @@ def tables(alphabet=None):
         else st.text(min_size=1)
     )
     name = name.filter(lambda n: n.strip() and "\ufeff" not in n and "\x00" not in n)
-    return st.lists(name, min_size=1, max_size=4, unique=True).flatmap(with_rows)
+    return st.lists(name, min_size=1, max_size=4, unique_by=duckdb_fold).flatmap(with_rows)
 
 
 def write_delimited(path, names, rows, delimiter, encoding, quote_plain, newline):
@@ -267,6 +269,25 @@ def test_empty_file(tmp_path):
 def test_duplicate_column_names(tmp_path):
     (tmp_path / "t.csv").write_text("id,review,id\n1,a,2\n")
     one_line_error(tmp_path / "t.csv", "line 1, column 3", "'id' appears twice", "also column 1")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_column_names_differing_only_in_case_are_one_line_errors(tmp_path, suffix):
+    """DuckDB compares column names ignoring ASCII case: `r.Review` would read `review`'s
+    values. Every format is refused in one line naming both columns; names that differ in
+    non-ASCII case (`ä`, `Ä`) are distinct to DuckDB and load."""
+    path = tmp_path / f"t{suffix}"
+    columns = {"id": ["1"], "review": ["lower"], "Review": ["UPPER"]}
+    if suffix == ".csv":
+        path.write_text("id,review,Review\n1,lower,UPPER\n")
+    elif suffix == ".jsonl":
+        path.write_text(json.dumps({k: v[0] for k, v in columns.items()}) + "\n")
+    else:
+        pq.write_table(pa.table(columns), path)
+    place = "line 1, column 3" if suffix == ".csv" else "column 3"
+    one_line_error(path, place, re.escape("'Review' differs from column 2 ('review') only in case"))
+    pq.write_table(pa.table({"ä": ["lower"], "Ä": ["UPPER"]}), tmp_path / "u.parquet")
+    assert load_table(tmp_path / "u.parquet").column_names == ["ä", "Ä"]
 
 
 def test_empty_column_name(tmp_path):

@@ -5,6 +5,7 @@ thing that escapes is a one-line error naming the input."""
 import csv
 import io
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from llm_assets.data.tables import load_table
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.run import run_query
-from llm_assets.sql import compile_sql
+from llm_assets.sql import SQLError, compile_sql
 from resources.sim.engine import SimulatedEngine
 
 SQL = (
@@ -88,3 +89,27 @@ def test_duplicate_or_empty_column_names_are_one_line_errors(tmp_path, header):
     with pytest.raises(ValueError) as err:
         load_table(path)
     assert "t.csv" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_columns_differing_only_in_case_are_refused_not_mixed():
+    """DuckDB resolves `"r"."Review"` to `review`: a table that reaches a query with both
+    (a DataFrame or an upstream asset, not only a file) is refused in one line when the query
+    reads either; reading another column of it is unaffected, and non-ASCII case (`ä`/`Ä`),
+    which DuckDB keeps apart, reads the right column."""
+    table = pa.table(
+        {"id": ["1", "2"], "review": ["lower a", "lower b"], "Review": ["UP A", "UP B"]}
+    )
+    engine = SimulatedEngine()
+    for column in ("Review", "review"):
+        sql = f"SELECT r.id, r.{column}, LLM('Say {{id}}', r.id) AS s FROM t r"
+        with pytest.raises(SQLError) as err:
+            run_query(compile_sql(sql, name="t"), {"t": table}, QueryOptions(), engine)
+        message = str(err.value)
+        assert "\n" not in message and "'Review'" in message and "'review'" in message, message
+    sql = "SELECT r.id, LLM('Say {id}', r.id) AS s FROM t r"
+    run = run_query(compile_sql(sql, name="t"), {"t": table}, QueryOptions(), engine)
+    assert run.answer["id"].tolist() == ["1", "2"]
+    umlauts = pa.table({"ä": ["lower"], "Ä": ["UPPER"]})
+    sql = 'SELECT r."Ä", LLM(\'Say {Ä}\', r."Ä") AS s FROM t r'
+    run = run_query(compile_sql(sql, name="t"), {"t": umlauts}, QueryOptions(), engine)
+    assert run.answer["Ä"].tolist() == ["UPPER"]
