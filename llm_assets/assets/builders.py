@@ -19,6 +19,7 @@ from llm_assets.assets.tracking import log_llm_run
 from llm_assets.pipeline import stages
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.run import call_max_tokens, plan_stage, retrieve
+from llm_assets.pipeline.typecheck import check_predicates
 from llm_assets.query import LLMCall
 from resources.runner import raise_if_too_many_errors, run_requests
 
@@ -129,6 +130,7 @@ def filtered_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
     def filtered(context: dg.AssetExecutionContext, **frames):
         options = _options(context, qdef)
         by_table = {t: frames[_arg(t)] for t in tables}
+        check_predicates(qdef.query, by_table)  # a landed file or an asset: one line
         out = stages.run_filtered(qdef.query, by_table, options.pushdown)
         sql = qdef.query.pre_llm_sql(options.pushdown)
         kept = int(out[stages.SKIP].isna().sum())

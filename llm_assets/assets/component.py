@@ -18,6 +18,13 @@ writes `defs/reviews_sentiment/defs.yaml`:
 Relative paths (sources, landing folder) are relative to the folder holding `defs.yaml`. The
 query's name (asset group and key prefix) is `name:` or that folder's name. The component is
 a thin layer over `llm_query_assets` (same lineage, same checks, same MLflow runs).
+
+Loading it (`dg check defs`, `dg dev`) checks the sources as `llm_query_assets` does
+(`llm_assets.assets.validation`): a missing file or empty glob, an unknown column or a
+predicate that cannot compare a column as written is one line starting with the YAML's path.
+dg validates the YAML against the component's schema first and prints "All component YAML
+validated successfully." when the keys are right: that line is dg's own, printed before the
+definitions load, so a wrong value or a source problem fails after it (with our one line).
 """
 
 from __future__ import annotations
@@ -33,6 +40,9 @@ from llm_assets.assets.definition import LandingSpec, QueryDefinition
 from llm_assets.assets.factory import lineage
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.sources import SourceSpec
+
+YAML_NAMES = ("defs.yaml", "defs.yml", "component.yaml")
+"""Where dg reads a component's YAML from, in its order."""
 
 
 class LLMQueryScaffolder(dg.Scaffolder):
@@ -99,4 +109,15 @@ class LLMQueryComponent(dg.Component, dg.Model, dg.Resolvable):
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        return lineage(self.definition(Path(context.path)))
+        folder = Path(context.path)
+        try:
+            return lineage(self.definition(folder))
+        except ValueError as exc:
+            # one line naming the file; the chained traceback would only repeat it
+            where = next((folder / n for n in YAML_NAMES if (folder / n).exists()), folder)
+            message = f"{where}: {exc}"
+            try:
+                error = type(exc)(message)
+            except Exception:  # noqa: BLE001 - a ValueError whose constructor differs
+                error = ValueError(message)
+            raise error from None

@@ -26,10 +26,14 @@ import dagster as dg
 from llm_assets.assets import builders
 from llm_assets.assets.definition import LandingSpec, QueryDefinition
 from llm_assets.assets.landing import landing_sensor
+from llm_assets.assets.validation import check_sources
 
 
 def lineage(qdef: QueryDefinition) -> dg.Definitions:
-    """Every asset, check and sensor of one declared query."""
+    """Every asset, check and sensor of one declared query, after `check_sources` (its files
+    and DuckDB tables exist, have the columns the query reads, and its predicates run on
+    their types: one ValueError line otherwise)."""
+    check_sources(qdef)
     defs: list = [
         builders.source_asset(qdef, table)
         for table, spec in sorted(qdef.sources.items())
@@ -63,8 +67,9 @@ def llm_query_assets(
     """The assets, checks (and landing sensor) of query `name`: `sql` is LLM-SQL; `sources`
     maps each table in it to a path or glob, `{"asset": "a/b"}`, or `{"duckdb_table": ...,
     "database": ...}`; `options` are `QueryOptions` fields (method, dedup, pushdown,
-    null_policy, context_policy, system_prompt, max_tokens, ...). Bad SQL, an unknown option
-    or a missing source raises ValueError naming it."""
+    null_policy, context_policy, system_prompt, max_tokens, ...). Bad SQL, an unknown option,
+    a missing source, a file or glob that is not there, an unknown column or a predicate that
+    cannot compare a column as written raises ValueError naming it, in one line."""
     qdef = QueryDefinition.build(
         name,
         sql,

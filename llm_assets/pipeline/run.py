@@ -206,11 +206,21 @@ def run_query(
     progress: Callable[[str], Progress] | None = None,
 ) -> QueryRun:
     """Run every stage of `query` over `tables` on `engine`. With `send=False` only the first
-    LLM stage is planned (nothing is sent; `plan` reports what it would cost)."""
+    LLM stage is planned (nothing is sent; `plan` reports what it would cost). A predicate
+    that cannot run on the tables' types (`typecheck.check_predicates`) or any other DuckDB
+    error of the pre-LLM SQL is a one-line ValueError, raised before anything is sent."""
+    import duckdb
+
+    from llm_assets.pipeline.typecheck import check_predicates
     from llm_assets.planning import order_llm_filters
     from resources.runner import raise_if_too_many_errors, run_requests
 
-    filtered = stages.run_filtered(query, tables, options.pushdown)
+    check_predicates(query, tables)  # one line, before anything is sent
+    try:
+        filtered = stages.run_filtered(query, tables, options.pushdown)
+    except duckdb.Error as exc:
+        first = " ".join(str(exc).splitlines()[0].split())
+        raise ValueError(f"query {query.name!r}: the SQL before the LLM failed: {first}") from exc
     base = retrieve(query, tables, filtered, options.retriever) if query.retrievals else filtered
     order = (
         estimate_filter_order(query, base, options, engine) if options.order_llm_filters else None

@@ -14,7 +14,8 @@ N = 4
 
 @pytest.fixture(scope="module")
 def lineage_checks():
-    defs = llm_query_assets("q", SQL, sources={"reviews": "reviews.csv"})
+    # an upstream asset: definition load reads no file (a missing one is refused there)
+    defs = llm_query_assets("q", SQL, sources={"reviews": {"asset": "raw/reviews"}})
     return {key.name: check for check in defs.asset_checks for key in check.check_keys}
 
 
