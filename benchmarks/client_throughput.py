@@ -52,8 +52,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-import httpx
-
+from benchmarks.lib.faults import healthy_base_url, stop_process
 from resources import openai_request
 from resources.engine import Request
 from resources.openai_engine import OpenAIEngine
@@ -152,26 +151,17 @@ class _Process:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.cmd} exited: {self.log_path.read_text()[-1000:]}")
-            match = self.pattern.search(self.log_path.read_text(errors="replace"))
-            if match:
-                self.base_url = match.group(1)
-                try:
-                    httpx.get(f"{self.base_url.removesuffix('/v1')}/health", timeout=2)
-                    return self
-                except httpx.TransportError:
-                    pass
+            url = healthy_base_url(self.log_path, self.pattern)
+            if url is not None:
+                self.base_url = url
+                return self
             time.sleep(0.05)
         self.__exit__()
         raise TimeoutError(f"{self.cmd} did not come up: {self.log_path.read_text()[-1000:]}")
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc is not None:
+            stop_process(self.proc)
 
     @property
     def pid(self) -> int:

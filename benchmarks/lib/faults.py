@@ -170,6 +170,32 @@ def synthetic_requests(num_rows: int, seed: int = 0) -> list[Request]:
 # The server as a real subprocess
 
 
+def healthy_base_url(log_path: Path, pattern: re.Pattern[str] = _URL_LINE) -> str | None:
+    """The base URL (ending in /v1) a server process wrote to `log_path`, once its `/health`
+    answers 200; None before that."""
+    text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    match = pattern.search(text)
+    if match is None:
+        return None
+    try:
+        reply = httpx.get(f"{match.group(1).removesuffix('/v1')}/health", timeout=2)
+    except httpx.TransportError:
+        return None
+    return match.group(1) if reply.status_code == 200 else None
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate `proc` if it still runs; kill it after 10 s without exiting."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
 def _subprocess_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
@@ -223,15 +249,10 @@ class SimServerProcess:
                     f"sim server exited with {self._proc.returncode} before serving: "
                     f"{self.log_path.read_text(errors='replace')[-2000:]}"
                 )
-            match = _URL_LINE.search(self.log_path.read_text(errors="replace"))
-            if match:
-                self.base_url = match.group(1)
-                try:
-                    root = self.base_url.removesuffix("/v1")
-                    if httpx.get(f"{root}/health", timeout=2).status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
+            url = healthy_base_url(self.log_path)
+            if url is not None:
+                self.base_url = url
+                return
             time.sleep(0.05)
         raise TimeoutError(
             f"sim server did not come up within {self.startup_timeout_s:g}s; "
@@ -245,13 +266,8 @@ class SimServerProcess:
         return reply.json()
 
     def close(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(10)
+        if self._proc is not None:
+            stop_process(self._proc)
 
     def __exit__(self, *exc: object) -> None:
         self.close()

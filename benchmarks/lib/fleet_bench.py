@@ -54,11 +54,17 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pandas as pd
 
-from benchmarks.lib.faults import _URL_LINE, MODEL, REPO_ROOT, SimServerProcess, _subprocess_env
+from benchmarks.lib.faults import (
+    _URL_LINE,
+    MODEL,
+    REPO_ROOT,
+    SimServerProcess,
+    _subprocess_env,
+    healthy_base_url,
+)
 from benchmarks.lib.prom import scrape
 from benchmarks.lib.vllm_router import router_binary, run_router
 from resources.engine import Request
@@ -321,17 +327,12 @@ class ForkedSimServer:
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            url = healthy_base_url(self.log_path, _URL_LINE)
+            if url is not None:
+                self.base_url = url
+                return
             text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-            match = _URL_LINE.search(text)
-            if match:
-                self.base_url = match.group(1)
-                try:
-                    root = self.base_url.removesuffix("/v1")
-                    if httpx.get(f"{root}/health", timeout=2).status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-            elif "Traceback" in text or "error:" in text:
+            if _URL_LINE.search(text) is None and ("Traceback" in text or "error:" in text):
                 raise RuntimeError(f"sim server {self.pid} failed to start: {text[-2000:]}")
             time.sleep(0.02)
         raise TimeoutError(f"sim server {self.pid} did not come up within {timeout_s:g}s")

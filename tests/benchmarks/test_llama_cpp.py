@@ -16,23 +16,13 @@ BINARY = server_binary()
 if BINARY is None:
     pytest.skip("llama-server is not built (make llama-server)", allow_module_level=True)
 
-from benchmarks.lib.gguf_model import BOS_ID, write_model  # noqa: E402
+from benchmarks.lib.gguf_model import BOS_ID  # noqa: E402
 from benchmarks.lib.llama_cpp_pair import first_rows_csv, run_pair  # noqa: E402
 from benchmarks.lib.llama_server import LlamaServer, one_slot_cached  # noqa: E402
 from tests.conftest import shared_file  # noqa: E402
 
 pytestmark = pytest.mark.llama_cpp
 ROWS = 60
-
-
-@pytest.fixture(scope="module")
-def tokenizer_json():
-    return shared_file("tokenizers", "llama3_tokenizer.json")
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory, tokenizer_json):
-    return write_model(tmp_path_factory.mktemp("model") / "model.gguf", tokenizer_json)
 
 
 @pytest.fixture(scope="module")

@@ -34,12 +34,11 @@ BINARY = server_binary()
 if BINARY is None:
     pytest.skip("llama-server is not built (make llama-server)", allow_module_level=True)
 
-from benchmarks.lib.gguf_model import BOS_ID, write_model  # noqa: E402
+from benchmarks.lib.gguf_model import BOS_ID  # noqa: E402
 from benchmarks.lib.llama_server import ALIAS, LlamaServer, one_slot_cached  # noqa: E402
 from resources.engine import Request  # noqa: E402
 from resources.fleet_plan import prefix_groups  # noqa: E402
 from resources.openai_engine import OpenAIEngine  # noqa: E402
-from tests.conftest import shared_file  # noqa: E402
 
 pytestmark = pytest.mark.llama_cpp
 
@@ -68,16 +67,6 @@ def fleet_requests(seed: int = 0) -> list[Request]:
             prompt = f"{INSTRUCTION}movie_info: {info}\nreview: {_text(rng, 18)}.\nanswer:"
             requests.append(Request(f"g{g}-r{k}", prompt, max_tokens=1))
     return requests
-
-
-@pytest.fixture(scope="module")
-def tokenizer_json():
-    return shared_file("tokenizers", "llama3_tokenizer.json")
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory, tokenizer_json):
-    return write_model(tmp_path_factory.mktemp("model") / "model.gguf", tokenizer_json)
 
 
 def _counters(server: LlamaServer) -> dict[str, float]:
