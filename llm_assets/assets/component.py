@@ -25,6 +25,28 @@ predicate that cannot compare a column as written is one line starting with the 
 dg validates the YAML against the component's schema first and prints "All component YAML
 validated successfully." when the keys are right: that line is dg's own, printed before the
 definitions load, so a wrong value or a source problem fails after it (with our one line).
+
+Customising the assets, as in dbt's and sling's components (`llm_assets.assets.translation`):
+`translation:` takes Dagster's asset attributes, applied to every generated asset (templates
+see `{{ stage }}`, the asset's name in the query, and `{{ spec }}`); dg's own
+`post_processing:` targets assets by selection:
+
+    type: llm_assets.LLMQueryComponent
+    attributes:
+      sql: ...
+      sources: ...
+      translation:
+        owners: [team:data]
+        tags: {tier: gold}                          # tags and metadata merge, the rest replace
+        kinds: [llm]
+        automation_condition: "{{ automation_condition.eager() }}"
+    post_processing:
+      assets:
+        - target: "key:reviews_sentiment/answer"
+          attributes: {description: "One row per positive review."}
+
+Keys, deps, group, partitions and skippable are the lineage's: a translation that changes one
+is refused in one line naming the asset and the attribute.
 """
 
 from __future__ import annotations
@@ -38,6 +60,7 @@ from pydantic import Field
 
 from llm_assets.assets.definition import LandingSpec, QueryDefinition
 from llm_assets.assets.factory import lineage
+from llm_assets.assets.translation import ResolvedTranslation
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.sources import SourceSpec
 
@@ -64,7 +87,9 @@ class LLMQueryScaffolder(dg.Scaffolder):
 class LLMQueryComponent(dg.Component, dg.Model, dg.Resolvable):
     """An LLM-SQL query over your tables as a lineage of assets: filtered -> deduped ->
     request_plan -> llm_outputs -> result -> answer, with checks and an MLflow run per LLM
-    stage (see llm_assets.assets.factory)."""
+    stage (see llm_assets.assets.factory). `translation:` sets Dagster asset attributes
+    (owners, tags, kinds, automation_condition, ...) on every generated asset, as dbt's and
+    sling's components do; dg's `post_processing:` targets some (see this module's docstring)."""
 
     sql: str = Field(description="One LLM-SQL SELECT: LLM('template {col}', t.col) calls.")
     sources: dict[str, str | SourceSpec] = Field(
@@ -82,6 +107,12 @@ class LLMQueryComponent(dg.Component, dg.Model, dg.Resolvable):
         None, description="A folder whose files each become a partition and a run."
     )
     description: str | None = Field(None, description="Shown on the query's assets.")
+    translation: ResolvedTranslation | None = Field(
+        None,
+        description="Dagster asset attributes set on every generated asset (tags, owners, "
+        "kinds, automation_condition, description, metadata, code_version, freshness_policy); "
+        "templates see {{ stage }} (answer, llm_outputs, ...) and {{ spec }}.",
+    )
 
     def definition(self, folder: Path) -> QueryDefinition:
         def local(path: str) -> str:
@@ -111,7 +142,7 @@ class LLMQueryComponent(dg.Component, dg.Model, dg.Resolvable):
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         folder = Path(context.path)
         try:
-            return lineage(self.definition(folder))
+            return lineage(self.definition(folder), self.translation)
         except ValueError as exc:
             # one line naming the file; the chained traceback would only repeat it
             where = next((folder / n for n in YAML_NAMES if (folder / n).exists()), folder)

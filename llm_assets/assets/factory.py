@@ -25,14 +25,17 @@ import dagster as dg
 
 from llm_assets.assets import builders
 from llm_assets.assets.definition import LandingSpec, QueryDefinition
+from llm_assets.assets.executor import query_executor
 from llm_assets.assets.landing import landing_sensor
+from llm_assets.assets.translation import TranslationArg, translate_assets
 from llm_assets.assets.validation import check_sources
 
 
-def lineage(qdef: QueryDefinition) -> dg.Definitions:
+def lineage(qdef: QueryDefinition, translation: TranslationArg = None) -> dg.Definitions:
     """Every asset, check and sensor of one declared query, after `check_sources` (its files
     and DuckDB tables exist, have the columns the query reads, and its predicates run on
-    their types: one ValueError line otherwise)."""
+    their types: one ValueError line otherwise); `translation` customises the assets' specs
+    (`llm_assets.assets.translation`: tags, owners, kinds, automation condition, ...)."""
     check_sources(qdef)
     defs: list = [
         builders.source_asset(qdef, table)
@@ -47,10 +50,12 @@ def lineage(qdef: QueryDefinition) -> dg.Definitions:
     for k, call in enumerate(qdef.query.llm_calls):
         defs += builders.stage_assets(qdef, k, call)
     defs += builders.result_assets(qdef)
+    assets = [d for d in defs if not isinstance(d, dg.AssetChecksDefinition)]
     return dg.Definitions(
-        assets=[d for d in defs if not isinstance(d, dg.AssetChecksDefinition)],
+        assets=translate_assets(qdef, assets, translation),
         asset_checks=[d for d in defs if isinstance(d, dg.AssetChecksDefinition)],
         sensors=[landing_sensor(qdef)] if qdef.landing else [],
+        executor=query_executor(),
     )
 
 
@@ -62,6 +67,7 @@ def llm_query_assets(
     engine_key: str = "llm_engine",
     landing: LandingSpec | Mapping | str | None = None,
     description: str | None = None,
+    translation: TranslationArg = None,
     **options: Any,
 ) -> dg.Definitions:
     """The assets, checks (and landing sensor) of query `name`: `sql` is LLM-SQL; `sources`
@@ -69,7 +75,13 @@ def llm_query_assets(
     "database": ...}`; `options` are `QueryOptions` fields (method, dedup, pushdown,
     null_policy, context_policy, system_prompt, max_tokens, ...). Bad SQL, an unknown option,
     a missing source, a file or glob that is not there, an unknown column or a predicate that
-    cannot compare a column as written raises ValueError naming it, in one line."""
+    cannot compare a column as written raises ValueError naming it, in one line.
+
+    `translation` customises the generated assets as a Dagster translator does: a function
+    `(AssetSpec, stage) -> AssetSpec`, or a mapping of attributes set on every asset
+    (`{"owners": ["team:data"], "automation_condition": dg.AutomationCondition.eager()}`);
+    tags and metadata merge, other attributes replace; keys, deps, group, partitions and
+    skippable cannot change (`llm_assets.assets.translation`)."""
     qdef = QueryDefinition.build(
         name,
         sql,
@@ -79,4 +91,4 @@ def llm_query_assets(
         description=description,
         **options,
     )
-    return lineage(qdef)
+    return lineage(qdef, translation)
