@@ -126,6 +126,7 @@ class Switches:
     no_pushdown: bool
     null_policy: str | None
     context_policy: str | None
+    prompt_style: str | None
 
     def options(self, method: str):
         return query_options(
@@ -136,6 +137,7 @@ class Switches:
             max_tokens=self.max_tokens,
             null_policy=self.null_policy,
             context_policy=self.context_policy,
+            prompt_style=self.prompt_style,
         )
 
     def build_engine(self):
@@ -252,6 +254,13 @@ def engine_options(f):
                 "--null-policy", type=click.Choice(["skip", "empty", "fail"]), default=None
             ),
             click.option("--context-policy", type=click.Choice(["fail", "truncate"]), default=None),
+            click.option(
+                "--prompt-style",
+                type=click.Choice(["named", "values", "inline"]),
+                default=None,
+                help="named (default): your template, then `name: value` lines; inline: "
+                "values in the placeholders (rows reordered only).",
+            ),
         ]
     ):
         f = option(f)
@@ -444,6 +453,7 @@ def plan_command(query_path, tables, methods, as_json, **switches):
         report["methods"][method] = {
             "rows_to_first_llm": int((stage.deduped[stages.INPUT] >= 0).sum()),
             **stats_report(result.stats, sim, time.perf_counter() - started),
+            "first_prompt": stages.first_prompt(stage.plan),
         }
     click.echo(json.dumps(report) if as_json else plan_table(report))
 
@@ -515,6 +525,10 @@ def plan_table(report: dict) -> str:
             f"{order['expected_tokens_per_row_chosen']:,}; the order sample costs "
             f"{order['sample_requests']} requests)",
         ]
+    shown = next(reversed(methods), None)
+    if shown and methods[shown]["first_prompt"] is not None:
+        lines += ["", f"the first prompt {shown} sends, exactly as the model receives it:"]
+        lines += ["  | " + line for line in methods[shown]["first_prompt"].split("\n")]
     lines += ["", "rows: rows reaching the first LLM stage; engine s: simulated seconds; "
               "--json prints every figure"]  # fmt: skip
     return "\n".join(lines)

@@ -56,7 +56,7 @@ from typing import Literal
 
 from sqlglot import exp
 
-from llm_assets.optimizer.prompts import parse_template
+from llm_assets.optimizer.prompts import parse
 from llm_assets.output_spec import OutputSpec
 from llm_assets.sql_ast import (
     alias_problem,
@@ -239,14 +239,14 @@ class LLMCall:
                 f"({list(self.fields)}); a placeholder could not tell them apart"
             )
         try:
-            parse_template(self.template, bare)
+            parse(self.template, bare)
         except ValueError as exc:
             raise ValueError(f"LLM call {self.name!r}: {exc}") from exc
 
     @property
     def placeholders(self) -> tuple[str, ...]:
         """Fields the template names, in order of first mention."""
-        return tuple(parse_template(self.template, [bare_name(f) for f in self.fields])[1])
+        return tuple(parse(self.template, [bare_name(f) for f in self.fields]).fields)
 
 
 @dataclass(frozen=True)

@@ -285,9 +285,8 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
                 "reorder_s": round(time.perf_counter() - started, 4),
                 "truncated": int(planned["truncated"].sum()),
                 "too_long": int(planned["error"].notna().sum()),
-                "first_prompt": dg.MetadataValue.text(
-                    planned["prompt"].iloc[0] if len(planned) else ""
-                ),
+                "prompt_style": options.prompt_style,
+                "first_prompt": dg.MetadataValue.text(stages.first_prompt(planned) or ""),
             },
         )
 

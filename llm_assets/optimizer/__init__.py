@@ -36,6 +36,7 @@ def reorder(
     config: GGRConfig | None = None,
     token_length: Callable[[str], int] | None = None,
     tokenizer: Callable[[str], Sequence[int]] | None = None,
+    fixed_fields: bool = False,
 ) -> Schedule:
     """Schedule for `table` over `fields` (all columns by default) by `method`:
     `original` (file order, fields as given), `column_stats`, or `ggr`.
@@ -45,12 +46,22 @@ def reorder(
     `method_used`. The score is the char hit rate, or with `tokenizer` (text -> token ids)
     the token hit rate in whole 16-token blocks of the rows rendered one value per line; the
     greedy then also weighs values by their token counts, unless `table` is already encoded
-    (`token_length` alone only does that)."""
+    (`token_length` alone only does that).
+
+    With `fixed_fields` every row keeps the fields in the order given: `original` is file
+    order, the other methods sort the rows by their values in that order (method_used
+    "sorted"), a depth-first order of the rows' prefix trie, which no other row order beats
+    on neighbour prefix sharing when fields cannot move."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {list(METHODS)}")
     if tokenizer is not None and token_length is None:
         token_length = lambda text: len(tokenizer(text))  # noqa: E731
     enc = table if isinstance(table, EncodedTable) else encode(table, fields, token_length)
+    if fixed_fields:
+        if method == "original":
+            return replace(Schedule.fixed(np.arange(enc.num_rows), enc.fields), method_used=method)
+        rows = np.lexsort(enc.codes.T[::-1]) if enc.fields else np.arange(enc.num_rows)
+        return replace(Schedule.fixed(rows, enc.fields), method_used="sorted")
     candidates = {
         "original": lambda: Schedule.fixed(np.arange(enc.num_rows, dtype=np.int64), enc.fields),
         "column_stats": lambda: column_stats_schedule(enc),

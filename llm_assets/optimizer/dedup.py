@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from llm_assets.optimizer.table import EncodedTable, TableLike, encode
+from llm_assets.optimizer.table import EncodedTable, TableLike, encode, factorize_strings
 
 
 @dataclass(frozen=True)
@@ -63,5 +63,7 @@ def dedup_prompts(prompts: Sequence[str]) -> Dedup:
     """Equal prompt strings collapse to their first occurrence."""
     if len(prompts) == 0:
         return Dedup(np.zeros(0, np.int64), np.zeros(0, np.int64))
-    labels, _ = pd.factorize(np.asarray(prompts, dtype=object))
+    values = np.empty(len(prompts), dtype=object)
+    values[:] = list(prompts)
+    labels, _ = factorize_strings(values)
     return _first_occurrence(labels)

@@ -1,41 +1,169 @@
 """Render a schedule into prompt texts (DESIGN.md section 4, "Prompt rendering").
 
-The instruction comes first (the prefix every request shares), then the row's fields in the
-schedule's order, either as `name: value` lines (`style="named"`, the model sees which field
-is which) or as values only (`style="values"`, one per line; what the GGR authors' harness
-scores). Cell text is inserted literally: braces or prompt-like text in a value are never
-interpreted again.
+A prompt is the system prompt (if any), then the user's template, then the row's values. Three
+styles, all sending every value exactly as it is in the table (braces or prompt-like text in a
+value are never interpreted again):
+
+- `named` (the default): the template word for word, placeholders included (`{genre}` stays
+  `{genre}` and refers to the `genre:` line below), then one `name: value` line per field in
+  the order the schedule chose. Rows and fields are reordered for the prefix cache.
+- `values`: the same with values only, one per line (what the GGR authors' harness scores).
+- `inline`: the template with each value in its placeholder's place, exactly as written.
+  Fields cannot move, so only rows are reordered (sorted in the template's field order: a
+  depth-first order of the prompts' trie, the most neighbour sharing a fixed order allows).
+
+>>> fmt = PromptFormat(parse("Is {genre} a fit for {age}?", ["genre", "age"]), "named")
+>>> print(fmt.render(["age", "genre"], ["kids", "drama"]))
+Is {genre} a fit for {age}?
+age: kids
+genre: drama
+>>> PromptFormat(fmt.template, "inline").render(["age", "genre"], ["kids", "drama"])
+'Is drama a fit for kids?'
 """
 
 from __future__ import annotations
 
 import string
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from llm_assets.optimizer.schedule import Pairs, Schedule
 from llm_assets.optimizer.table import EncodedTable, TableLike, column_names, encode
 
-STYLES = ("named", "values")
-
+STYLES = ("named", "values", "inline")
 
 TRUNCATION_MARKER = " [truncated]"
 
 
-def render_row(head: str, names: Sequence[str], values: Sequence[str], style: str) -> str:
-    """One prompt: `head` (the instruction, newline-terminated), then one line per field."""
-    if style == "named":
-        return head + "\n".join(f"{n}: {v}" for n, v in zip(names, values, strict=True))
-    return head + "\n".join(values)
+@dataclass(frozen=True)
+class Template:
+    """A parsed LLM template. Invariant: `len(pieces) == len(slots) + 1`; the prompt text is
+    pieces[0], slot 0, pieces[1], ..., with `{{`/`}}` already read as literal braces."""
+
+    pieces: tuple[str, ...]
+    slots: tuple[str, ...]
+
+    @property
+    def fields(self) -> list[str]:
+        """The fields the template names, in order of first mention."""
+        return list(dict.fromkeys(self.slots))
+
+    def as_written(self) -> str:
+        """The template with each placeholder shown as `{name}`."""
+        return self.fill({s: f"{{{s}}}" for s in self.slots})
+
+    def fill(self, values: Mapping[str, str]) -> str:
+        """The template with each placeholder replaced by `values[name]`, inserted literally."""
+        out = [self.pieces[0]]
+        for slot, piece in zip(self.slots, self.pieces[1:], strict=True):
+            out += [values[slot], piece]
+        return "".join(out)
+
+
+def parse(template: str, columns: Sequence[str]) -> Template:
+    """Parse an LLM template whose `{field}` placeholders name `columns`.
+
+    Raises ValueError naming the problem: unbalanced braces, an empty or formatted
+    placeholder, a field that is not a column (listing the available ones), or no field.
+    """
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ValueError(f"malformed template {template!r}: {exc}") from exc
+    pieces, slots = [""], []
+    for literal, name, spec, conversion in parts:
+        pieces[-1] += literal
+        if name is None:
+            continue
+        if not name or spec or conversion:
+            raise ValueError(
+                f"malformed placeholder in template {template!r}: write {{column}} with a "
+                f"column name and nothing else"
+            )
+        if name not in columns:
+            raise ValueError(
+                f"template names unknown column {name!r}; available columns: {list(columns)}"
+            )
+        slots.append(name)
+        pieces.append("")
+    if not slots:
+        raise ValueError(f"template {template!r} names no column; write {{column}} for each")
+    return Template(tuple(pieces), tuple(slots))
+
+
+@dataclass(frozen=True)
+class PromptFormat:
+    """How one LLM call's prompts read: `system` (if any) on its own line, then the template
+    in `style` (see the module docstring).
+
+    `columns` maps a placeholder to the table columns holding its values, in order, when they
+    are not the one column of the same name (a retrieval's `context` -> `context_1`, ...).
+    In `named` style a single-column placeholder's line is labelled by the placeholder."""
+
+    template: Template
+    style: str = "named"
+    system: str = ""
+    columns: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.style not in STYLES:
+            raise ValueError(f"unknown prompt style {self.style!r}; expected one of {list(STYLES)}")
+
+    @classmethod
+    def plain(cls, instruction: str, style: str = "named") -> PromptFormat:
+        """An instruction without placeholders, before the field block."""
+        return cls(Template((instruction,), ()), style)
+
+    @property
+    def reorders_fields(self) -> bool:
+        """False for `inline`: the template fixes where each value goes."""
+        return self.style != "inline"
+
+    def column_order(self, columns: Sequence[str]) -> list[str]:
+        """The field order to encode `columns` in: as given, or for `inline` the order the
+        template reads them (ValueError, one line, if it does not name one of them)."""
+        if self.reorders_fields:
+            return list(columns)
+        ordered = [c for s in self.template.fields for c in self.columns.get(s, (s,))]
+        missing = [c for c in columns if c not in ordered]
+        if missing:
+            raise ValueError(
+                f"prompt_style 'inline' sends only what the template names, and it does not "
+                f"name {missing}: add a placeholder for each, or use prompt_style 'named'"
+            )
+        return [c for c in ordered if c in columns]
+
+    def _head(self) -> str:
+        instruction = self.template.as_written()
+        if self.system:
+            instruction = f"{self.system}\n{instruction}"
+        return instruction.rstrip("\n") + "\n"
+
+    def render(self, names: Sequence[str], values: Sequence[str]) -> str:
+        """One prompt for a row whose columns `names` hold `values`, in the schedule's order."""
+        if self.style == "inline":
+            by_column = dict(zip(names, values, strict=True))
+            filled = self.template.fill(
+                {
+                    s: "\n".join(by_column[c] for c in self.columns.get(s, (s,)))
+                    for s in self.template.fields
+                }
+            )
+            return f"{self.system}\n{filled}" if self.system else filled
+        if self.style == "values":
+            return self._head() + "\n".join(values)
+        labels = {cols[0]: s for s, cols in self.columns.items() if len(cols) == 1}
+        return self._head() + "\n".join(
+            f"{labels.get(n, n)}: {v}" for n, v in zip(names, values, strict=True)
+        )
 
 
 def fit_row(
-    head: str,
+    fmt: PromptFormat,
     names: Sequence[str],
     values: Sequence[str],
-    style: str,
     count_tokens: Callable[[str], int],
     max_tokens: int,
 ) -> str | None:
@@ -47,7 +175,7 @@ def fit_row(
 
     def prompt(keep: int) -> str:
         values[longest] = text[:keep] + TRUNCATION_MARKER
-        return render_row(head, names, values, style)
+        return fmt.render(names, values)
 
     if count_tokens(prompt(0)) > max_tokens:
         return None
@@ -62,62 +190,21 @@ def fit_row(
 
 
 def render_prompts(
-    table: TableLike | EncodedTable,
-    schedule: Pairs | Schedule,
-    instruction: str,
-    style: str = "named",
+    table: TableLike | EncodedTable, schedule: Pairs | Schedule, fmt: PromptFormat
 ) -> list[str]:
     """One prompt per scheduled row, in schedule order."""
-    if style not in STYLES:
-        raise ValueError(f"unknown prompt style {style!r}; expected one of {list(STYLES)}")
     sched = Schedule.from_pairs(schedule)
     enc = table if isinstance(table, EncodedTable) else encode(table, list(sched.orders[0]))
     index = {f: j for j, f in enumerate(enc.fields)}
     positions = [[index[f] for f in order] for order in sched.orders]
-    head = instruction.rstrip("\n") + "\n"
     names = [[enc.fields[j] for j in cols] for cols in positions]
     codes, uniques = enc.codes, enc.uniques
     out = []
     for row, oid in zip(sched.rows.tolist(), sched.order_ids.tolist(), strict=True):
         r = codes[row]
         values = [uniques[j][r[j]] for j in positions[oid]]
-        out.append(render_row(head, names[oid], values, style))
+        out.append(fmt.render(names[oid], values))
     return out
-
-
-def parse_template(template: str, columns: Sequence[str]) -> tuple[str, list[str]]:
-    """Split an LLM template into (instruction, fields it names, in order of first mention).
-
-    `{field}` placeholders name columns; in the instruction they read as the bare field name
-    (the values follow the instruction, in the schedule's order). `{{` and `}}` are literal
-    braces. Raises ValueError naming the problem: unbalanced braces, an empty or formatted
-    placeholder, a field that is not a column (listing the available ones), or no field.
-    """
-    try:
-        parts = list(string.Formatter().parse(template))
-    except ValueError as exc:
-        raise ValueError(f"malformed template {template!r}: {exc}") from exc
-    fields: list[str] = []
-    text = []
-    for literal, name, spec, conversion in parts:
-        text.append(literal)
-        if name is None:
-            continue
-        if not name or spec or conversion:
-            raise ValueError(
-                f"malformed placeholder in template {template!r}: write {{column}} with a "
-                f"column name and nothing else"
-            )
-        if name not in columns:
-            raise ValueError(
-                f"template names unknown column {name!r}; available columns: {list(columns)}"
-            )
-        text.append(name)
-        if name not in fields:
-            fields.append(name)
-    if not fields:
-        raise ValueError(f"template {template!r} names no column; write {{column}} for each")
-    return "".join(text), fields
 
 
 @dataclass(frozen=True)
@@ -146,7 +233,8 @@ def plan_prompts(
     from llm_assets.optimizer import reorder
     from llm_assets.optimizer.dedup import dedup_rows
 
-    instruction, fields = parse_template(template, column_names(table))
+    fmt = PromptFormat(parse(template, column_names(table)), style)
+    fields = fmt.template.fields
     enc = encode(table, fields, token_length)
     n = enc.num_rows
     kept = np.arange(n, dtype=np.int64)
@@ -155,9 +243,9 @@ def plan_prompts(
         result = dedup_rows(enc)
         kept, inverse = result.distinct, result.inverse
     sub = EncodedTable(enc.fields, enc.codes[kept], enc.uniques, enc.lengths)
-    schedule = reorder(sub, method=method)
-    prompts = render_prompts(sub, schedule, instruction, style)
+    schedule = reorder(sub, method=method, fixed_fields=not fmt.reorders_fields)
+    prompts = render_prompts(sub, schedule, fmt)
     rows = kept[schedule.rows]
     position = np.empty(len(kept), dtype=np.int64)
     position[schedule.rows] = np.arange(len(kept))
-    return PromptPlan(prompts, rows, position[inverse], fields, instruction)
+    return PromptPlan(prompts, rows, position[inverse], fields, fmt.template.as_written())

@@ -103,6 +103,28 @@ class EncodedTable:
         return self.uniques[j][self.codes[row, j]]
 
 
+def factorize_strings(values: np.ndarray, sort: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, uniques) of an object array of str, as `pd.factorize` gives them: codes in
+    first-occurrence order, or in sorted order of the uniques with `sort`.
+
+    pandas' hash table reads a str only up to its first NUL character, so it takes
+    'a\x00b' and 'a\x00c' for one value; a column holding a NUL is coded with a dict
+    instead (exact, slower; NUL is rare in text)."""
+    if not any("\x00" in v for v in values):
+        codes, uniques = pd.factorize(values, sort=sort)
+        return codes, np.asarray(uniques, dtype=object)
+    index: dict[str, int] = {}
+    codes = np.fromiter((index.setdefault(v, len(index)) for v in values), np.int64, len(values))
+    uniques = np.empty(len(index), dtype=object)
+    uniques[:] = list(index)
+    if sort:
+        order = np.argsort(uniques, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        codes, uniques = rank[codes], uniques[order]
+    return codes, uniques
+
+
 def encode(
     table: TableLike,
     fields: Sequence[str] | None = None,
@@ -115,9 +137,8 @@ def encode(
     codes = np.empty((n, len(names)), dtype=np.int32)
     uniques, lengths = [], []
     for j, name in enumerate(names):
-        col_codes, col_uniques = pd.factorize(rendered_column(table, name), sort=True)
+        col_codes, col_uniques = factorize_strings(rendered_column(table, name), sort=True)
         codes[:, j] = col_codes
-        col_uniques = np.asarray(col_uniques, dtype=object)
         measure = len if token_length is None else token_length
         uniques.append(col_uniques)
         lengths.append(np.fromiter((measure(s) for s in col_uniques), float, len(col_uniques)))

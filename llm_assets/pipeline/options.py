@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 Method = Literal["original", "column_stats", "ggr"]
 NullPolicy = Literal["skip", "empty", "fail"]
 ContextPolicy = Literal["fail", "truncate"]
-PromptStyle = Literal["named", "values"]
+PromptStyle = Literal["named", "values", "inline"]
 Retriever = Literal["tfidf", "embedding"]
 
 NULL_POLICIES: tuple[str, ...] = NullPolicy.__args__
@@ -40,7 +40,10 @@ class QueryOptions(BaseModel):
     dedup: bool = Field(True, description="Send each distinct LLM input once.")
     pushdown: bool = Field(True, description="Run non-LLM predicates before the LLM (in DuckDB).")
     prompt_style: PromptStyle = Field(
-        "named", description="Fields as `name: value` lines (named) or values only."
+        "named",
+        description="named: your template word for word, then the values as `name: value` "
+        "lines in the order that shares the most cache; values: values only; inline: values "
+        "in the template's placeholders (only rows are reordered).",
     )
     system_prompt: str = Field("", description="Sent before each instruction ('' for none).")
     null_policy: NullPolicy = Field(

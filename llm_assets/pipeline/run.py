@@ -47,7 +47,8 @@ def plan_stage(
     relquery: str,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(deduped, request_plan) of one LLM call over its input rows."""
-    fields = stages.llm_field_columns(query, call, rows)
+    columns = stages.placeholder_columns(query, call, rows)
+    fields = [c for cs in columns.values() for c in cs]
     deduped = stages.run_dedup(rows, fields, options.dedup, options.null_policy)
     max_tokens = call_max_tokens(call, options)
     limit, count_tokens = context_limit(engine, options, max_tokens)
@@ -62,6 +63,7 @@ def plan_stage(
         max_prompt_tokens=limit,
         count_tokens=count_tokens,
         context_policy=options.context_policy,
+        columns=columns,
     )
     return deduped, plan
 

@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from llm_assets.optimizer import encode, reorder
 from llm_assets.optimizer.dedup import dedup_rows
-from llm_assets.optimizer.prompts import fit_row, parse_template, render_prompts
+from llm_assets.optimizer.prompts import PromptFormat, fit_row, parse, render_prompts
 from llm_assets.optimizer.table import EncodedTable
 from llm_assets.pipeline.options import CONTEXT_POLICIES, NULL_POLICIES
 from llm_assets.query import LLMCall, LLMQuery, bare_name
@@ -163,21 +163,21 @@ def _skip_reason(query: LLMQuery) -> exp.Expression:
 # ---- per-stage rows ---------------------------------------------------------------------
 
 
-def llm_field_columns(query: LLMQuery, call: LLMCall, frame: pd.DataFrame) -> list[str]:
-    """Columns holding the call's values, in argument order; a retrieval field expands to its
-    k columns (`context_1`, ...)."""
-    out = []
+def placeholder_columns(query: LLMQuery, call: LLMCall, frame: pd.DataFrame) -> dict[str, list]:
+    """For one LLM call: placeholder -> the columns of `frame` holding its values, in argument
+    order; a retrieval field expands to its k columns (`context_1`, ...)."""
+    out = {}
     for field, column in query.field_columns(call.name).items():
         if column in frame.columns:
-            out.append(column)
-        else:
-            expanded = sorted(c for c in frame.columns if c.startswith(f"{column}_"))
-            if not expanded:
-                raise KeyError(
-                    f"LLM field {field!r} (column {column!r}) is not in the stage input; "
-                    f"available columns: {list(frame.columns)}"
-                )
-            out += expanded
+            out[field] = [column]
+            continue
+        expanded = sorted(c for c in frame.columns if c.startswith(f"{column}_"))
+        if not expanded:
+            raise KeyError(
+                f"LLM field {field!r} (column {column!r}) is not in the stage input; "
+                f"available columns: {list(frame.columns)}"
+            )
+        out[field] = expanded
     return out
 
 
@@ -253,6 +253,17 @@ def run_dedup(
 # ---- request_plan -------------------------------------------------------------------------
 
 
+def prompt_format(
+    call: LLMCall,
+    style: str = "named",
+    system: str = "",
+    columns: Mapping[str, Sequence[str]] | None = None,
+) -> PromptFormat:
+    """How `call`'s prompts read (`llm_assets.optimizer.prompts`)."""
+    template = parse(call.template, [bare_name(f) for f in call.fields])
+    return PromptFormat(template, style, system, dict(columns or {}))
+
+
 def run_plan(
     deduped: pd.DataFrame,
     call: LLMCall,
@@ -264,10 +275,13 @@ def run_plan(
     max_prompt_tokens: int | None = None,
     count_tokens: Callable[[str], int] | None = None,
     context_policy: str = "fail",
+    columns: Mapping[str, Sequence[str]] | None = None,
 ) -> pd.DataFrame:
     """One row per distinct input in submission order: `position`, `_input_id`,
-    `request_id`, `prompt`, `field_order`, `truncated`, `error`. Rows are reordered by
-    `method` (GGR by default). A prompt is `system`, the instruction, then the row's fields.
+    `request_id`, `prompt`, `field_order`, `truncated`, `error`. Rows (and, unless `style` is
+    inline, fields) are reordered by `method` (GGR by default); prompts read as
+    `prompt_format` says. `columns` maps placeholders to the `fields` holding their values
+    (`placeholder_columns`; by default each placeholder is the column of its name).
 
     With `max_prompt_tokens`, a longer prompt either has its longest field cut to fit (marked,
     `truncated`; `context_policy="truncate"`) or gets an `error` and is never sent ("fail")."""
@@ -278,19 +292,16 @@ def run_plan(
     live = deduped[deduped[INPUT] >= 0]
     firsts = live.drop_duplicates(INPUT).sort_values(INPUT)
     inputs = firsts[fields].reset_index(drop=True)
-    instruction, _ = parse_template(call.template, [bare_name(f) for f in call.fields])
-    if system:
-        instruction = f"{system}\n{instruction}"
+    fmt = prompt_format(call, style, system, columns)
     if len(inputs) == 0:
-        columns = ["position", INPUT, "request_id", "prompt", "field_order", "truncated", "error"]
-        return pd.DataFrame({c: [] for c in columns})
-    enc: EncodedTable = encode(inputs, fields)
-    schedule = reorder(enc, method=method)
-    prompts = render_prompts(enc, schedule, instruction, style)
+        names = ["position", INPUT, "request_id", "prompt", "field_order", "truncated", "error"]
+        return pd.DataFrame({c: [] for c in names})
+    enc: EncodedTable = encode(inputs, fmt.column_order(fields))
+    schedule = reorder(enc, method=method, fixed_fields=not fmt.reorders_fields)
+    prompts = render_prompts(enc, schedule, fmt)
     truncated = [False] * len(prompts)
     errors: list[str | None] = [None] * len(prompts)
     if max_prompt_tokens is not None and count_tokens is not None:
-        head = instruction.rstrip("\n") + "\n"
         index = {f: j for j, f in enumerate(enc.fields)}
         for k, (prompt, (row, order)) in enumerate(zip(prompts, schedule, strict=True)):
             n_tokens = count_tokens(prompt)
@@ -299,7 +310,7 @@ def run_plan(
             values = [enc.cell(row, index[f]) for f in order]
             fitted = None
             if context_policy == "truncate":
-                fitted = fit_row(head, order, values, style, count_tokens, max_prompt_tokens)
+                fitted = fit_row(fmt, order, values, count_tokens, max_prompt_tokens)
             if fitted is None:
                 hint = TOO_LONG_HINT[context_policy]
                 errors[k] = (
@@ -320,6 +331,12 @@ def run_plan(
             "error": errors,
         }
     )
+
+
+def first_prompt(plan: pd.DataFrame) -> str | None:
+    """The first prompt `plan` sends (None when it sends none), exactly as sent."""
+    sendable = plan[plan["error"].isna()] if "error" in plan else plan
+    return None if sendable.empty else str(sendable["prompt"].iloc[0])
 
 
 def requests_from_plan(

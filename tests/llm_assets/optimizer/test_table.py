@@ -4,8 +4,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from llm_assets.optimizer.table import encode, render_cell, resolve_fields
+from llm_assets.optimizer.dedup import dedup_prompts, dedup_rows
+from llm_assets.optimizer.table import encode, factorize_strings, render_cell, resolve_fields
 
 
 @pytest.mark.parametrize(
@@ -57,3 +60,25 @@ def test_token_lengths_replace_characters():
 def test_unknown_field_names_the_available_columns():
     with pytest.raises(KeyError, match=r"unknown field\(s\) \['nope'\]; available columns"):
         resolve_fields(pd.DataFrame({"a": [1]}), ["a", "nope"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.text(alphabet="ab\x00é", max_size=4), max_size=12),
+    sort=st.booleans(),
+)
+def test_factorize_strings_keeps_values_that_differ_after_a_nul(values, sort):
+    """pandas' hash table stops at NUL ('a\\x00b' == 'a\\x00c' there); codes must not."""
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    codes, uniques = factorize_strings(array, sort=sort)
+    assert [uniques[c] for c in codes] == values
+    assert len(uniques) == len(set(values))
+    if sort:
+        assert list(uniques) == sorted(set(values))
+
+
+def test_rows_that_differ_after_a_nul_are_not_deduplicated():
+    frame = pd.DataFrame({"v": ["a\x00b", "a\x00c", "a\x00b"]})
+    assert dedup_rows(frame, ["v"]).inverse.tolist() == [0, 1, 0]
+    assert dedup_prompts(["x\x00y", "x\x00z"]).inverse.tolist() == [0, 1]

@@ -4,7 +4,7 @@ before any token is spent."""
 import pandas as pd
 
 from llm_assets.benchmark_queries import compile_query
-from llm_assets.optimizer.prompts import TRUNCATION_MARKER, fit_row
+from llm_assets.optimizer.prompts import TRUNCATION_MARKER, PromptFormat, fit_row
 from llm_assets.pipeline import stages
 
 Q1 = compile_query("q1", "movies")
@@ -16,13 +16,13 @@ def words(text: str) -> int:
 
 
 def test_fit_row_cuts_the_longest_value_just_enough():
-    head = "Do it\n"
+    fmt = PromptFormat.plain("Do it")
     values = ["short", "long " * 50]
-    fitted = fit_row(head, ["a", "b"], values, "named", words, max_tokens=20)
+    fitted = fit_row(fmt, ["a", "b"], values, words, max_tokens=20)
     assert fitted is not None and words(fitted) <= 20
     assert fitted.startswith("Do it\na: short\nb: long") and fitted.endswith(TRUNCATION_MARKER)
     assert words(fitted.replace("long", "long long", 1)) > 20  # nothing more could be kept
-    assert fit_row(head, ["a", "b"], values, "named", words, max_tokens=3) is None
+    assert fit_row(fmt, ["a", "b"], values, words, max_tokens=3) is None
 
 
 def deduped():

@@ -61,7 +61,7 @@ def run_all(pushdown, dedup=True, null_policy="skip", answer_of=None):
     answer_of = answer_of or (lambda p: "No" if "dull" in p else "Yes")
     base = stages.run_filtered(Q2, tables(), pushdown)
     rows = stages.stage_input(base, Q2, [])
-    fields = stages.llm_field_columns(Q2, CALL, rows)
+    fields = [c for cs in stages.placeholder_columns(Q2, CALL, rows).values() for c in cs]
     deduped = stages.run_dedup(rows, fields, dedup, null_policy)
     plan = stages.run_plan(deduped, CALL, fields, "ggr", relquery="t")
     outputs = stages.outputs_frame(plan, fake_answers(plan, answer_of), CALL)
@@ -105,7 +105,7 @@ def test_null_policy_fail_names_the_field():
 def test_failed_requests_become_failed_rows():
     base = stages.run_filtered(Q2, tables(), True)
     rows = stages.stage_input(base, Q2, [])
-    fields = stages.llm_field_columns(Q2, CALL, rows)
+    fields = [c for cs in stages.placeholder_columns(Q2, CALL, rows).values() for c in cs]
     deduped = stages.run_dedup(rows, fields, True)
     plan = stages.run_plan(deduped, CALL, fields, "ggr", relquery="t")
     responses = [Response(rid, "", 0, 0, 0, 0.0, 0.0, error="HTTP 503") for rid in plan.request_id]
