@@ -10,6 +10,8 @@ sim engine: what the GPU would take; measured on the others) and decides the sel
 
 from __future__ import annotations
 
+import re
+
 from llm_assets.assets.definition import partitions_label
 from llm_assets.optimizer.cost import PRICING, cost_usd, token_cost_usd
 from resources.engine import LLMEngine, RunStats
@@ -35,12 +37,41 @@ def engine_costs(engine: LLMEngine, stats: RunStats) -> dict[str, float]:
     }
 
 
+def table_columns(metrics) -> list[str]:
+    """The metrics MLflow's runs table shows: hit rate, engine time, each cost (self-hosted
+    first), requests; those a run lacks (an unknown hit rate) left out."""
+    costs = [k for k in metrics if k.startswith("cost_usd_")]
+    costs.sort(key=lambda k: "self_hosted" not in k)
+    return [k for k in ("token_hit_rate", "engine_time_s", *costs, "n_requests") if k in metrics]
+
+
+def short_data_label(data: str) -> str:
+    """`data` for a run name: each path cut to its file name, one table's name dropped.
+
+    >>> short_data_label("reviews=/home/me/data/reviews.tsv")
+    'reviews.tsv'
+    >>> short_data_label("a=duckdb:/srv/w.duckdb:items, b=asset:movies/reviews")
+    'a=duckdb:w.duckdb:items, b=asset:movies/reviews'
+    """
+    parts = []
+    for part in data.split(", "):
+        table, sep, label = part.partition("=") if "=" in part else ("", "", part)
+        if not label.startswith("asset:"):  # an asset key's "/" is no directory
+            label = re.sub(r"[^\s+:=,]*/", "", label)
+        parts.append((table, sep, label))
+    if len(parts) == 1:
+        return parts[0][2]
+    return ", ".join("".join(p) for p in parts)
+
+
 def run_name(options, call_asset: str, data: str) -> str:
-    """`q1/llm_outputs ggr dedup pushdown [reviews=reviews.tsv]`: what the run was."""
+    """`ggr dedup pushdown · q1/llm_outputs · reviews.tsv`: the switches first (they tell two
+    runs of one stage apart, even where the UI cuts the name), then the stage and the data,
+    file names only (no absolute path)."""
     switches = [options.method]
     switches += ["dedup"] if options.dedup else ["no-dedup"]
     switches += ["pushdown"] if options.pushdown else ["no-pushdown"]
-    return f"{call_asset} {' '.join(switches)} [{data}]"
+    return f"{' '.join(switches)} · {call_asset} · {short_data_label(data)}"
 
 
 def log_llm_run(context, qdef, options, engine_resource, stats: RunStats, extra, data) -> dict:
@@ -90,17 +121,19 @@ def log_llm_run(context, qdef, options, engine_resource, stats: RunStats, extra,
         ),
         **run_options.run_tags,
     }
-    url = tracker.log_run(
+    links = tracker.log_run(
         run_options.experiment or f"llm-assets-{qdef.name}",
         run_name(options, asset, data),
         params,
         metrics,
         tags,
+        columns=table_columns(metrics),
     )
     meta = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in metrics.items()}
     meta |= {f"param_{k}": str(v) for k, v in params.items() if k != "query"}
     if unknown:
         meta["token_hit_rate"] = meta["cached_tokens"] = "unknown (not reported by the server)"
-    if url:
-        meta["mlflow_run"] = url
+    if links:
+        meta["mlflow_run"] = links.run
+        meta["mlflow_runs_table"] = links.table
     return meta

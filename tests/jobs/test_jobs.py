@@ -58,6 +58,7 @@ def test_query_job_runs_every_stage_and_logs_to_mlflow(make_defs, group):
     assert list(outputs) == [f"{group}/llm_outputs"]
     meta = outputs[f"{group}/llm_outputs"]
     assert meta["n_requests"] > 0 and 0 < meta["token_hit_rate"] < 1
+    assert "/runs?workflowType=machine_learning&viewStateShareKey=" in meta["mlflow_runs_table"]
     (counts,) = materialized(result, "result").values()
     assert counts["answered"] + counts["skipped"] + counts["failed"] == counts["rows_in"]
     client = MlflowClient(default_tracking_uri())
@@ -73,8 +74,7 @@ def test_query_job_runs_every_stage_and_logs_to_mlflow(make_defs, group):
             f"{t}=asset:{dataset}/{t}" for t in sorted(TABLES[dataset])
         )
         assert run.data.tags["asset_key"].startswith(group)
-        assert run.info.run_name.startswith(f"{group}/llm_outputs")
-        assert " ggr dedup pushdown [" in run.info.run_name
+        assert run.info.run_name.startswith(f"ggr dedup pushdown · {group}/llm_outputs")
 
 
 def test_ladder_switches_change_cost_not_rows(make_defs):
