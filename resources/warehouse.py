@@ -3,15 +3,21 @@
 Each materialization is stored as its own version, `<prefix>."<name>__r_<run id>"` (a
 partition adds `__p_<hash>` to the name; a run over several partitions, a backfill packed by
 `BackfillPolicy.multi_run`, stores its one table under the hash of its keys), and the view
-`<prefix>."<name>"` points at the latest one (what a user queries). A step reads the version
-its upstream step wrote **in the same run** when there is one, else the latest: two runs of
-one lineage at once never read each other's rows. An output replaces nothing in place, so a
-table whose columns change between runs (another source file) or an empty result are stored
-as returned.
-The last `keep_versions` versions per table are kept. DuckDB allows one writing process per
-file, and one attachment of it per process: a connection that finds the file locked (another
-process) or attached (another thread) retries for `lock_wait_s`; each holds it for one read or
-one write.
+`<prefix>."<name>"` points at the latest one (what a user queries). A partitioned asset's
+view is every partition's latest rows at once, with the partition key(s) in `_partition`;
+each slot's own latest is the view `<prefix>."<name>__p_<hash>"`.
+
+A step reads the version its upstream step wrote in the run Dagster names as the source (this
+run, or the parent run of a re-execution); only an upstream asset that is not part of the run
+is read as its latest. So runs of one lineage at once never read each other's rows, and a
+version that is gone is an error, never a fallback. The last `keep_versions` versions per
+table are kept, plus every version whose run has not finished. An output replaces nothing in
+place, so a table whose columns change between runs (another source file) or an empty result
+are stored as returned.
+
+DuckDB allows one writing process per file, and one attachment of it per process: a
+connection that finds the file locked (another process) or attached (another thread) retries
+for `lock_wait_s`; each holds it for one read or one write.
 """
 
 from __future__ import annotations
@@ -24,12 +30,14 @@ import dagster as dg
 import duckdb
 import pandas as pd
 import pyarrow as pa
+from dagster._core.execution.context.output import RUN_ID_PLACEHOLDER
 from sqlglot import exp
 
 from llm_assets.sql_ast import case_twin, duckdb_fold
 from resources.home import llm_assets_home
 
 VERSIONS = "_llm_assets_versions"
+SLOTS = "_llm_assets_partition_slots"
 CATALOG = "llm-assets-warehouse"
 """The name the file is attached under: no query name (an identifier) can collide with it."""
 RESERVED_SCHEMAS = frozenset({"information_schema", "pg_catalog", "memory", "system", "temp"})
@@ -156,64 +164,132 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
                     this=self._t(schema, name), kind="VIEW", replace=True, expression=latest
                 ).sql(dialect="duckdb")
             )
-            self._prune(con, schema, name, version)
+            partitions = self._partitions(context)
+            self._prune(con, schema, name, version, context.run_id, _run_finished(context))
+            if partitions:
+                self._union_view(con, schema, context.asset_key.path[-1], name, partitions)
         finally:
             con.close()
         context.add_output_metadata(
             {"dagster/row_count": len(frame), "table": f"{schema}.{version}"}
         )
 
-    def _prune(self, con, schema: str, name: str, version: str) -> None:
+    def _prune(self, con, schema, name, version, run_id, finished) -> None:
+        """Record `version` and drop the versions of `name` beyond the newest `keep_versions`,
+        except those of runs that have not finished (they may still read them)."""
         con.execute(
             f"CREATE TABLE IF NOT EXISTS {VERSIONS} "
             "(schema_name VARCHAR, slot VARCHAR, version VARCHAR, created DOUBLE)"
         )
+        con.execute(f"ALTER TABLE {VERSIONS} ADD COLUMN IF NOT EXISTS run_id VARCHAR")
         con.execute(
-            f"INSERT INTO {VERSIONS} VALUES (?, ?, ?, ?)", [schema, name, version, time.time()]
+            f"INSERT INTO {VERSIONS} (schema_name, slot, version, created, run_id) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [schema, name, version, time.time(), run_id],
         )
         old = con.execute(
-            f"SELECT version FROM {VERSIONS} WHERE schema_name = ? AND slot = ? "
+            f"SELECT version, run_id FROM {VERSIONS} WHERE schema_name = ? AND slot = ? "
             "ORDER BY created DESC OFFSET ?",
             [schema, name, self.keep_versions],
         ).fetchall()
-        for (stale,) in old:
+        for stale, stale_run in old:
+            if stale_run and not finished(stale_run):
+                continue  # a live run may still read it; a later write prunes it
             drop = exp.Drop(tables=[self._t(schema, stale)], kind="TABLE", exists=True)
             con.execute(drop.sql(dialect="duckdb"))
             con.execute(
                 f"DELETE FROM {VERSIONS} WHERE schema_name = ? AND version = ?", [schema, stale]
             )
 
+    def _union_view(self, con, schema: str, asset: str, slot: str, partitions) -> None:
+        """`<schema>."<asset>"`: the latest rows of every partition, newest slot first; a
+        slot is left out when newer slots already cover all its keys."""
+        con.execute(
+            f"CREATE TABLE IF NOT EXISTS {SLOTS} "
+            "(schema_name VARCHAR, asset VARCHAR, slot VARCHAR, keys VARCHAR[], created DOUBLE)"
+        )
+        con.execute(
+            f"DELETE FROM {SLOTS} WHERE schema_name = ? AND asset = ? AND slot = ?",
+            [schema, asset, slot],
+        )
+        con.execute(
+            f"INSERT INTO {SLOTS} VALUES (?, ?, ?, ?, ?)",
+            [schema, asset, slot, list(partitions), time.time()],
+        )
+        rows = con.execute(
+            f"SELECT slot, keys FROM {SLOTS} WHERE schema_name = ? AND asset = ? "
+            "ORDER BY created DESC",
+            [schema, asset],
+        ).fetchall()
+        covered: set[str] = set()
+        parts = []
+        for each_slot, keys in rows:
+            if set(keys) <= covered:
+                continue
+            covered |= set(keys)
+            parts.append(
+                exp.select(
+                    exp.alias_(exp.Literal.string(", ".join(keys)), "_partition", quoted=True),
+                    exp.Star(),
+                ).from_(self._t(schema, each_slot))
+            )
+        union = " UNION ALL BY NAME ".join(p.sql(dialect="duckdb") for p in parts)
+        view = self._t(schema, asset).sql(dialect="duckdb")
+        con.execute(f"CREATE OR REPLACE VIEW {view} AS {union}")
+
     def load_input(self, context: dg.InputContext) -> pd.DataFrame:
         key = context.asset_key
         partitions = self._partitions(context)
         schema, name = self._slot(key, partitions)
-        try:
-            run_id = context.step_context.run_id
-        except dg.DagsterInvariantViolationError:  # loaded outside a run: the latest
-            run_id = ""
-        same_run = self._version(name, run_id)
+        source_run = _source_run(context)
+        table = self._version(name, source_run) if source_run else name
         con = self._connect()
         try:
-            found = con.execute(  # names as DuckDB resolves them: ASCII case ignored
-                "SELECT table_schema, table_name FROM information_schema.tables "
-                "WHERE table_catalog = ? AND lower(table_schema) = lower(?) "
-                "AND lower(table_name) = lower(?)",
-                [CATALOG, schema, same_run],
-            ).fetchall()
-            wanted = (duckdb_fold(schema), duckdb_fold(same_run))
-            found = any((duckdb_fold(s), duckdb_fold(t)) == wanted for s, t in found)
-            table = same_run if found else name
-            try:
-                sql = exp.select("*").from_(self._t(schema, table)).sql(dialect="duckdb")
-                return con.execute(sql).df()
-            except duckdb.CatalogException as exc:
+            sql = exp.select("*").from_(self._t(schema, table)).sql(dialect="duckdb")
+            return con.execute(sql).df()
+        except duckdb.CatalogException as exc:
+            where = f" for partition(s) {partitions}" if partitions else ""
+            if source_run:
                 raise dg.Failure(
-                    f"{key.to_user_string()} has no stored table yet"
-                    f"{f' for partition(s) {partitions}' if partitions else ''}: materialize it "
-                    "first (select it with its downstream assets)"
-                ) from exc
+                    f"{key.to_user_string()}{where}: the table run {source_run} wrote "
+                    f"({schema}.{table}) is gone from the warehouse, so this step stops rather "
+                    "than read another run's rows; rerun the whole selection"
+                ) from None
+            raise dg.Failure(
+                f"{key.to_user_string()} has no stored table yet{where}: materialize it first "
+                "(select it with its downstream assets)"
+            ) from exc
         finally:
             con.close()
+
+
+def _source_run(context: dg.InputContext) -> str | None:
+    """The run whose output this input is, as Dagster planned it (this run, or the parent of
+    a re-execution); None when the upstream asset is not part of the run (read its latest)."""
+    upstream = context.upstream_output
+    if upstream is None:
+        return None
+    try:
+        run_id = upstream.run_id
+    except dg.DagsterInvariantViolationError:
+        return None
+    # Dagster builds the context of an asset outside the run (and of `build_output_context`)
+    # without a run: its run id is then this placeholder
+    return None if run_id == RUN_ID_PLACEHOLDER else run_id
+
+
+def _run_finished(context: dg.OutputContext):
+    """run id -> whether that run has finished (True when there is no instance to ask)."""
+    try:
+        instance = context.step_context.instance
+    except (dg.DagsterInvariantViolationError, AttributeError):
+        return lambda run_id: True
+
+    def finished(run_id: str) -> bool:
+        run = instance.get_run_by_id(run_id)
+        return run is None or run.is_finished
+
+    return finished
 
 
 def warehouse_io_manager(database: str | None = None) -> WarehouseIOManager:

@@ -50,8 +50,8 @@ def short_data_label(data: str) -> str:
 
     >>> short_data_label("reviews=/home/me/data/reviews.tsv")
     'reviews.tsv'
-    >>> short_data_label("a=duckdb:/srv/w.duckdb:items, b=asset:movies/reviews")
-    'a=duckdb:w.duckdb:items, b=asset:movies/reviews'
+    >>> short_data_label("a=duckdb:/srv/w.duckdb:items, b=asset:shop/orders")
+    'a=duckdb:w.duckdb:items, b=asset:shop/orders'
     """
     parts = []
     for part in data.split(", "):

@@ -28,11 +28,11 @@ def small_config(size=120, **paths):
     return ops
 
 
-def run_job(defs, name, size=120, resources=None, **paths):
+def run_job(defs, name, size=120, resources=None, instance=None, **paths):
     job = defs.resolve_job_def(name)
     nodes = {n.name for n in job.graph.nodes}
     ops = {k: v for k, v in small_config(size, **paths).items() if k in nodes}
     config = {"ops": ops}
     if resources:
         config["resources"] = resources
-    return job.execute_in_process(run_config=config, raise_on_error=False)
+    return job.execute_in_process(run_config=config, raise_on_error=False, instance=instance)

@@ -3,9 +3,11 @@ users can launch) each read what their own upstream steps wrote: no silent mixin
 
 import threading
 
+import dagster as dg
 from mlflow.tracking import MlflowClient
 
 from resources.tracking import default_tracking_uri
+from resources.warehouse import WarehouseIOManager, warehouse_io_manager
 from tests.jobs.conftest import run_job
 
 
@@ -37,3 +39,31 @@ def test_two_runs_at_once_each_reconcile_with_their_own_source(make_defs):
     for result in results.values():
         runs = client.search_runs(ids, filter_string=f"tags.dagster_run_id = '{result.run_id}'")
         assert len(runs) == 1
+
+
+def warehouse_database() -> str:
+    return warehouse_io_manager().database
+
+
+def test_five_runs_at_once_keep_their_own_versions_through_pruning(make_defs):
+    """Issue 22 item 1: with five runs of different sizes at once and only one version kept
+    per table, pruning used to drop a live run's `filtered` and its next step read another
+    run's rows. Versions of unfinished runs are kept; each run sees only its own rows."""
+    defs = make_defs(io_manager=WarehouseIOManager(database=warehouse_database(), keep_versions=1))
+    sizes = [30, 55, 80, 105, 130]
+    results = {}
+    instance = dg.DagsterInstance.ephemeral()  # one instance: runs see each other's status
+
+    def launch(size):
+        results[size] = run_job(defs, "q1_job", size=size, instance=instance)
+
+    threads = [threading.Thread(target=launch, args=(n,)) for n in sizes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for size, result in results.items():
+        assert result.success, size
+        assert len(result.output_for_node("movies_source", "reviews")) == size
+        assert len(result.output_for_node("q1__filtered")) == size
+        assert len(result.output_for_node("q1__result")) == size

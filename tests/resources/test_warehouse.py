@@ -79,6 +79,70 @@ def test_a_step_reads_its_own_runs_upstream_not_the_latest(tmp_path, prefix):
     assert len(io.load_input(context)) == 6
 
 
+def a_run_that_waits(prefix, io, instance, meanwhile_body):
+    """Run A stores 4 numbers, then `meanwhile_body()` runs while A is live, then A sums."""
+
+    @dg.asset(key=[prefix, "numbers"])
+    def numbers():
+        return pd.DataFrame({"x": range(4)})
+
+    @dg.asset(key=[prefix, "meanwhile"], deps=[numbers])
+    def meanwhile():
+        meanwhile_body()
+        return pd.DataFrame({"done": [True]})
+
+    @dg.asset(
+        key=[prefix, "total"], ins={"numbers": dg.AssetIn([prefix, "numbers"])}, deps=[meanwhile]
+    )
+    def total(numbers: pd.DataFrame):
+        return pd.DataFrame({"n": [len(numbers)]})
+
+    return dg.materialize(
+        [numbers, meanwhile, total],
+        resources={"io_manager": io},
+        instance=instance,
+        raise_on_error=False,
+    )
+
+
+def test_a_live_runs_version_survives_pruning_by_other_runs(tmp_path):
+    """Issue 22 item 1: with one version kept, three runs storing `numbers` while run A is
+    live used to drop A's version, and A's next step read the latest run's rows."""
+    io = WarehouseIOManager(database=str(tmp_path / "store.duckdb"), keep_versions=1)
+    instance = dg.DagsterInstance.ephemeral()
+
+    def others():
+        for n in (6, 7, 8):
+            assert dg.materialize(build(n)[:1], resources={"io_manager": io}, instance=instance)
+
+    result = a_run_that_waits("w", io, instance, others)
+    assert result.output_for_node("w__total")["n"].tolist() == [4]
+    names = tables(tmp_path / "store.duckdb")
+    assert sum(n.startswith("numbers__r_") for n in names) == 2  # the latest and A's, kept
+    assert dg.materialize(build(9)[:1], resources={"io_manager": io}, instance=instance)
+    names = tables(tmp_path / "store.duckdb")
+    assert sum(n.startswith("numbers__r_") for n in names) == 1  # A finished: pruned now
+
+
+def test_a_version_gone_fails_the_step_instead_of_reading_the_latest(tmp_path):
+    database = tmp_path / "store.duckdb"
+    io = WarehouseIOManager(database=str(database))
+    instance = dg.DagsterInstance.ephemeral()
+
+    def lose_a_version():
+        assert dg.materialize(build(6)[:1], resources={"io_manager": io}, instance=instance)
+        live = [r.run_id.replace("-", "") for r in instance.get_runs() if not r.is_finished]
+        mine = [n for n in tables(database) if n.startswith("numbers__r_") and n[11:] in live]
+        con = duckdb.connect(str(database))
+        con.execute(f'DROP TABLE w."{mine[0]}"')  # run A's own version
+        con.close()
+
+    result = a_run_that_waits("w", io, instance, lose_a_version)
+    assert not result.success
+    message = failure_of(result)
+    assert "is gone from the warehouse" in message and "w/numbers" in message, message
+
+
 def failure_of(result) -> str:
     (failure,) = [e for e in result.all_events if e.is_step_failure]
     error = failure.event_specific_data.error

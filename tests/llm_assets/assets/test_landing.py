@@ -2,6 +2,7 @@
 one run of that query only; two files never overwrite each other."""
 
 import dagster as dg
+import duckdb
 import pytest
 
 from jobs.resources import resources_for
@@ -53,6 +54,15 @@ def test_each_new_file_is_a_partition_and_one_run(landing):
             selection="q/answer",
         )
         assert rerun.success and len(rerun.output_for_node("q__answer")) == 2
+    # q.result: every partition's latest rows at once, the partition key readable
+    con = duckdb.connect(str(landing.parent / "home" / "warehouse.duckdb"), read_only=True)
+    try:
+        rows = con.execute(
+            'SELECT "_partition", id FROM q.result ORDER BY "_partition", id'
+        ).fetchall()
+    finally:
+        con.close()
+    assert rows == [("a.csv", "1"), ("a.csv", "2"), ("b.tsv", "3")]  # values as written
 
 
 def test_landing_can_start_running_and_needs_a_table_for_joins(landing):
