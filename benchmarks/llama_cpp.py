@@ -100,7 +100,7 @@ def _record(runs: list[PairRun], tokenizer) -> dict:
     times = [float(r.run.metadata["engine_time_s"]) for r in runs]
     return {
         "requests": len(requests),
-        **{k: meta[k] for k in ("rows_answered", "rows_failed", "rows_skipped")},
+        **{k: meta[k] for k in ("stage_rows_answered", "stage_rows_failed", "stage_rows_skipped")},
         "spec_violations": meta["spec_violations"],
         "failed_checks": first.run.failed_checks,
         "prompt_tokens": prompt_tokens,
@@ -160,7 +160,7 @@ def problems(result: dict) -> list[str]:
             m = methods[method]
             if m["cached_tokens"] != m["server_cached_tokens"]:
                 found.append(f"{job} {method}: project {m['cached_tokens']} != server counter")
-            accounted = m["rows_answered"] + m["rows_failed"] + m["rows_skipped"]
+            accounted = m["stage_rows_answered"] + m["stage_rows_failed"] + m["stage_rows_skipped"]
             if accounted != result["rows"]:
                 found.append(f"{job} {method}: {accounted} of {result['rows']} rows accounted for")
     return found

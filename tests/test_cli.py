@@ -151,6 +151,10 @@ def test_run_and_plan_errors_are_one_line(table_csv, tmp_path, query_sql):
     assert_one_line_error(proc, "--table", "'t'")
     proc = run("run", str(query_sql), "--table", f"t={tmp_path / 'nope.tsv'}")
     assert_one_line_error(proc, "nope.tsv")
+    header_only = tmp_path / "header_only.csv"
+    header_only.write_text("review,movie\n")
+    proc = run("run", str(query_sql), "--table", f"t={header_only}")
+    assert_one_line_error(proc, "table 't' has columns but no rows")
 
 
 def test_plan_orders_several_llm_filters_cheapest_first(tmp_path):
@@ -226,6 +230,13 @@ def test_plan_prints_a_table_by_default_with_the_json_figures(table_csv, query_s
         assert (prompt, cached) == (m["prompt_tokens"], m["cached_tokens"])
         assert cells[5] == f"{m['token_hit_rate']:.1%}"
     assert "llm_1" in lines[0] and "nothing sent" in lines[0]
+    # the first prompt, exactly as sent: the template as written, then the fields
+    shown = lines.index("the first prompt ggr sends, exactly as the model receives it:")
+    first = report["methods"]["ggr"]["first_prompt"]
+    assert first.startswith("Is {review} a fair take on {movie}?\n")
+    assert lines[shown + 1 : shown + 1 + len(first.splitlines())] == [
+        "  | " + line for line in first.splitlines()
+    ]
 
 
 # ---- run: the response cache and --out (issue 21 items 3 and 4) ------------------------------

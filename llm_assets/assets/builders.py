@@ -93,6 +93,12 @@ def source_asset(qdef: QueryDefinition, table: str) -> dg.AssetsDefinition:
         if landed:
             from pathlib import Path
 
+            if not _partitions(context):
+                raise dg.Failure(
+                    f"{context.asset_key.to_user_string()} reads one landed file per partition: "
+                    f"launch it with a partition (dg launch --partition <file name>, or a range "
+                    f"with --partition-range), or turn on the sensor {qdef.name}_landing"
+                )
             # every file of the run's partition range, concatenated: one table to plan
             paths = [str(Path(qdef.landing.folder) / key) for key in _partitions(context)]
         frame = spec.read(paths)
@@ -130,8 +136,11 @@ def filtered_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
     def filtered(context: dg.AssetExecutionContext, **frames):
         options = _options(context, qdef)
         by_table = {t: frames[_arg(t)] for t in tables}
-        check_predicates(qdef.query, by_table)  # a landed file or an asset: one line
-        out = stages.run_filtered(qdef.query, by_table, options.pushdown)
+        try:  # a landed file or an asset: checked here, one line
+            check_predicates(qdef.query, by_table)
+            out = stages.run_filtered(qdef.query, by_table, options.pushdown)
+        except ValueError as exc:
+            raise dg.Failure(str(exc)) from None
         sql = qdef.query.pre_llm_sql(options.pushdown)
         kept = int(out[stages.SKIP].isna().sum())
         yield dg.Output(

@@ -115,8 +115,15 @@ def run_filtered(
     the data as stored), with `_skip`: with `pushdown`, the reason a non-LLM predicate removes
     the row before any LLM call (evaluated in DuckDB), else None.
 
-    Runs on `locked_connection()`: the user's SQL reaches only the registered tables."""
+    Runs on `locked_connection()`: the user's SQL reaches only the registered tables. A source
+    with columns but no row (a header-only file) is a ValueError: the run would ask nothing."""
     check_columns(query, {t: list(_columns(frame)) for t, frame in tables.items()})
+    empty = sorted({s.table for s in query.sources if len(tables[s.table]) == 0})
+    if empty:
+        raise ValueError(
+            f"query {query.name!r}: table {empty[0]!r} has columns but no rows (a header-only "
+            "file?): there is nothing to ask the LLM"
+        )
     con = locked_connection()
     typed = predicate_only_columns(query)
     size = {s.alias: len(tables[s.table]) for s in query.sources}
@@ -386,14 +393,16 @@ def outputs_frame(plan: pd.DataFrame, responses: Sequence[Response], call: LLMCa
 
 
 def row_counts(deduped: pd.DataFrame, outputs: pd.DataFrame) -> dict[str, int]:
-    """Rows of this stage by outcome: answered, failed (engine or planning error), skipped."""
+    """This stage's input rows by outcome: answered, failed (engine or planning error),
+    skipped (a null field). Named `stage_*`: rows a predicate or an earlier LLM filter removed
+    never reach the stage, so the query's totals (`accounting`, on `result`) are larger."""
     answers = answers_by_row(deduped, outputs)
     skipped = answers["_skip"].notna()
     failed = answers["_error"].notna() & ~skipped
     return {
-        "rows_answered": int((~skipped & ~failed).sum()),
-        "rows_failed": int(failed.sum()),
-        "rows_skipped": int(skipped.sum()),
+        "stage_rows_answered": int((~skipped & ~failed).sum()),
+        "stage_rows_failed": int(failed.sum()),
+        "stage_rows_skipped": int(skipped.sum()),
     }
 
 

@@ -51,8 +51,11 @@ def test_every_row_accounted_for(pair):
     for method, r in pair.items():
         meta = r.run.metadata
         assert r.run.success and not r.run.failed_checks, (method, r.run.failed_checks)
-        assert meta["rows_answered"] + meta["rows_failed"] + meta["rows_skipped"] == ROWS
-        assert meta["rows_failed"] == 0 and meta["errors"] == 0
+        assert (
+            meta["stage_rows_answered"] + meta["stage_rows_failed"] + meta["stage_rows_skipped"]
+            == ROWS
+        )
+        assert meta["stage_rows_failed"] == 0 and meta["errors"] == 0
         assert len(r.run.requests) == meta["n_requests"] == meta["requests_sent"] > 0
 
 

@@ -33,10 +33,10 @@ def test_rerun_and_grown_data_send_only_new_prompts(make_defs, home, tmp_path):
     assert first["requests_sent"] == first["n_requests"] > 0 and first["cache_hits"] == 0
     again = outputs_meta(run_job(defs, "q1_job", movies=[small]))
     assert again["requests_sent"] == 0 and again["cache_hits"] == first["requests_sent"]
-    assert again["rows_answered"] == first["rows_answered"]
+    assert again["stage_rows_answered"] == first["stage_rows_answered"]
     grown = outputs_meta(run_job(defs, "q1_job", movies=[joined_csv(tmp_path / "big.csv", 260)]))
     assert grown["cache_hits"] == first["requests_sent"]
-    assert 0 < grown["requests_sent"] <= grown["rows_answered"] - first["rows_answered"]
+    assert 0 < grown["requests_sent"] <= grown["stage_rows_answered"] - first["stage_rows_answered"]
 
 
 def test_response_cache_is_off_for_the_simulated_engine_by_default():

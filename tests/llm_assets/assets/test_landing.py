@@ -125,3 +125,34 @@ def test_a_backfill_runs_several_files_as_one_table(landing):
             assets, partition_key="c.csv", instance=instance, resources=resources_for("sim")
         )
         assert sorted(one.output_for_node("q__result")["id"]) == ["20", "21", "22"]
+
+
+def step_failure(result) -> str:
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    return failure.event_specific_data.error.message.strip()
+
+
+def test_a_landing_query_launched_without_a_partition_says_how_to_launch_it(landing):
+    defs = llm_query_assets("q", SQL, sources={"reviews": "unused.csv"}, landing=str(landing))
+    (landing / "a.csv").write_text("id,review\n1,good\n")
+    result = dg.materialize(list(defs.assets), resources=resources_for("sim"), raise_on_error=False)
+    assert not result.success
+    message = step_failure(result)
+    assert "dg launch --partition" in message and "q_landing" in message, message
+
+
+def test_a_header_only_file_stops_the_run_in_one_line(landing):
+    defs = llm_query_assets("q", SQL, sources={"reviews": "unused.csv"}, landing=str(landing))
+    (landing / "empty.csv").write_text("id,review\n")
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("q_files", ["empty.csv"])
+        result = dg.materialize(
+            list(defs.assets),
+            partition_key="empty.csv",
+            instance=instance,
+            resources=resources_for("sim"),
+            raise_on_error=False,
+        )
+    assert not result.success
+    message = step_failure(result)
+    assert "table 'reviews' has columns but no rows" in message, message
