@@ -1,7 +1,7 @@
 """Token hit rate of a schedule under the simulator's vLLM block cache.
 
 Each row becomes the prompt of the GGR authors' harness, its values one per line in the
-schedule's field order (`prompts.render_row(..., style="values")` with no instruction), and
+schedule's field order (`prompts.PromptFormat` style "values" with no instruction), and
 is tokenized (the Llama 3 tokenizer from ../shared/tokenizers when present, else the
 simulator's approximation). Rows are sent in schedule order through a `BlockPool` large
 enough never to evict (16-token blocks, chained hashes, a hit never covers the last token):
