@@ -5,6 +5,7 @@ The asset layer knows no dataset: every query, the benchmark ones included, is d
 """
 
 from llm_assets.assets.component import LLMQueryComponent
+from llm_assets.assets.defaults import default_resources
 from llm_assets.assets.definition import LandingSpec, QueryDefinition
 from llm_assets.assets.factory import lineage, llm_query_assets
 from llm_assets.assets.options import QueryOptionsResource
@@ -14,6 +15,7 @@ __all__ = [
     "LandingSpec",
     "QueryDefinition",
     "QueryOptionsResource",
+    "default_resources",
     "lineage",
     "llm_query_assets",
 ]
