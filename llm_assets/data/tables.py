@@ -62,18 +62,21 @@ def load_table(
     format: str | None = None,
     encoding: str | None = None,
     delimiter: str | None = None,
+    encoding_errors: str = "strict",
 ) -> pa.Table:
     """The table in `path_or_glob`; a glob reads every match in sorted order and concatenates
     them (all must have the same columns), as does a list of paths (in its order). `format`
     (csv, tsv, parquet, jsonl, json) overrides the extension, `encoding` the UTF-8 /
-    Windows-1252 detection and `delimiter` the detection among `,` tab `;` `|` (a `.tsv` file
-    is tab-separated)."""
+    Windows-1252 detection (per file, preferring UTF-8; `encoding_errors="replace"` reads a
+    byte invalid there as U+FFFD instead of stopping) and `delimiter` the detection among `,`
+    tab `;` `|` (a `.tsv` file is tab-separated)."""
     if format is not None and format not in FORMATS:
         raise InputError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
     if delimiter is not None and len(delimiter) != 1:
         raise InputError(f"delimiter must be one character, got {delimiter!r}")
     tables = [
-        (path, _read_one(path, format, encoding, delimiter)) for path in _expand(path_or_glob)
+        (path, _read_one(path, format, encoding, delimiter, encoding_errors))
+        for path in _expand(path_or_glob)
     ]
     return _concat(tables)
 
@@ -112,7 +115,11 @@ def _format_of(path: Path, format: str | None) -> str:
 
 
 def _read_one(
-    path: Path, format: str | None, encoding: str | None, delimiter: str | None
+    path: Path,
+    format: str | None,
+    encoding: str | None,
+    delimiter: str | None,
+    encoding_errors: str = "strict",
 ) -> pa.Table:
     kind = _format_of(path, format)
     if kind == "parquet":
@@ -123,7 +130,7 @@ def _read_one(
             data = gzip.decompress(data)
         except (OSError, EOFError) as error:
             raise InputError(f"{path}: not a readable gzip file ({error})") from None
-    text = _decode(path, data, encoding, kind, delimiter)
+    text = _decode(path, data, encoding, kind, delimiter, encoding_errors)
     if not text.strip():
         raise InputError(f"{path}: the file is empty (expected a header row or records)")
     if kind == "tsv" and delimiter is None:
@@ -136,26 +143,62 @@ def _read_one(
 # --- encodings ----------------------------------------------------------------------------
 
 
-def _decode(path: Path, data: bytes, encoding: str | None, kind: str, delimiter: str | None):
-    """The file's text: `encoding` when given, else UTF-8, else cp1252; a BOM is dropped."""
-    tried = [encoding] if encoding else ["utf-8-sig", "cp1252"]
-    for name in tried:
-        try:
-            return data.decode(name).removeprefix("\ufeff")
-        except LookupError:
-            raise InputError(f"unknown encoding {name!r} for {path}") from None
-        except UnicodeDecodeError as error:
-            failure = error
+def _decode(
+    path: Path,
+    data: bytes,
+    encoding: str | None,
+    kind: str,
+    delimiter: str | None,
+    errors: str = "strict",
+) -> str:
+    """The file's text; a BOM is dropped. `encoding` when given, else detected per file,
+    preferring UTF-8: a file is UTF-8 when it decodes as UTF-8 or holds at least one valid
+    multi-byte UTF-8 sequence; only a file with neither is read as Windows-1252. A byte that is
+    not valid in the chosen encoding is an InputError naming the file, line and column, or,
+    with `errors="replace"`, becomes U+FFFD (that byte only; nothing else changes)."""
+    if errors not in ENCODING_ERRORS:
+        raise InputError(f"encoding_errors {errors!r}: expected one of {list(ENCODING_ERRORS)}")
+    name = encoding or ("utf-8-sig" if _looks_utf8(data) else "cp1252")
+    try:
+        return data.decode(name, errors).removeprefix("\ufeff")
+    except LookupError:
+        raise InputError(f"unknown encoding {name!r} for {path}") from None
+    except UnicodeDecodeError as error:
+        failure = error
     where = _where(data, failure.start, kind, delimiter)
-    accepted = "pass encoding=... (e.g. utf-8, cp1252, latin-1)"
+    byte = f"byte 0x{data[failure.start]:02x}"
+    bad = _invalid_utf8(data) if name == "utf-8-sig" else None
     if encoding:
-        raise InputError(
-            f"{path}: {where}: byte 0x{data[failure.start]:02x} is not valid {encoding}; {accepted}"
+        problem = f"is not valid {encoding}"
+    elif bad is not None:
+        problem = (
+            f"is not valid UTF-8, in a file that is otherwise UTF-8 ({bad} such place"
+            f"{'s' if bad != 1 else ''})"
         )
+    else:
+        problem = "is neither UTF-8 nor Windows-1252 (cp1252)"
     raise InputError(
-        f"{path}: {where}: byte 0x{data[failure.start]:02x} is neither UTF-8 nor "
-        f"Windows-1252 (cp1252); {accepted}"
+        f"{path}: {where}: {byte} {problem}; fix the file, pass encoding_errors='replace' to "
+        "read each such byte as U+FFFD, or encoding=... (e.g. utf-8, cp1252, latin-1)"
     )
+
+
+ENCODING_ERRORS = ("strict", "replace")
+
+
+def _looks_utf8(data: bytes) -> bool:
+    """Whether `data` decodes as UTF-8 or holds at least one valid multi-byte sequence."""
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return not data.decode("utf-8", "ignore").isascii()
+
+
+def _invalid_utf8(data: bytes) -> int:
+    """How many invalid UTF-8 sequences `data` holds (each one U+FFFD under "replace")."""
+    replaced = data.decode("utf-8", "replace").count("\ufffd")
+    return replaced - data.count("\ufffd".encode())
 
 
 def _where(data: bytes, offset: int, kind: str, delimiter: str | None) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -39,6 +39,11 @@ class SourceSpec(BaseModel):
     path: str | None = Field(None, description="A CSV/TSV/Parquet/JSON-lines file or a glob.")
     format: str | None = Field(None, description="csv, tsv, parquet or jsonl (default: by name).")
     encoding: str | None = Field(None, description="Text encoding (default: detected).")
+    encoding_errors: Literal["strict", "replace"] = Field(
+        "strict",
+        description="A byte invalid in the file's encoding: stop with its line and column "
+        "(strict) or read it as U+FFFD (replace; only that byte changes).",
+    )
     delimiter: str | None = Field(None, description="Field separator (default: detected).")
     asset: str | None = Field(
         None, description="Key of an upstream asset, `a/b`, read through its own IO manager."
@@ -89,6 +94,7 @@ class SourceSpec(BaseModel):
                 path or self.path,
                 format=self.format,
                 encoding=self.encoding,
+                encoding_errors=self.encoding_errors,
                 delimiter=self.delimiter,
             )
         if self.duckdb_table:

@@ -119,11 +119,8 @@ def test_cp1252_delimited_text_comes_back_exactly(tmp_path, table, delimiter, su
     path = tmp_path / f"t{suffix}"
     write_delimited(path, names, rows, delimiter, "cp1252", True, "\r\n")
     data = path.read_bytes()
-    try:
-        data.decode("utf-8")
-        assume(data.isascii())  # cp1252 bytes that are also valid UTF-8 read as UTF-8
-    except UnicodeDecodeError:
-        pass
+    # a file holding a valid multi-byte UTF-8 sequence is read as UTF-8 (UTF-8 is preferred)
+    assume(data.decode("utf-8", "ignore").isascii())
     explicit = None if suffix == ".csv" or delimiter == "\t" else delimiter
     loaded = load_table(path, delimiter=explicit)
     assert loaded.column_names == names and as_rows(loaded) == rows
@@ -422,3 +419,31 @@ def test_delimiter_detection_prefers_the_delimiter_whose_quoting_is_clean(tmp_pa
     assert load_table(tmp_path / "t.csv").column_names == ["_", ","]
     (tmp_path / "u.csv").write_text('a;b\n"x,1";2\n"y,2";3\n')
     assert as_rows(load_table(tmp_path / "u.csv")) == [["x,1", "2"], ["y,2", "3"]]
+
+
+@SETTINGS
+@given(
+    rows=st.lists(st.text(alphabet="abc é€ñ", min_size=1, max_size=8), min_size=2, max_size=6),
+    where=st.data(),
+    stray=st.sampled_from([b"\xe9", b"\x80", b"\xff", b"\xc3"]),
+)
+def test_one_stray_byte_in_a_utf8_file_is_named_or_replaced_alone(tmp_path, rows, where, stray):
+    """Issue 22 item 3: a UTF-8 file with one stray byte used to be re-read as Windows-1252,
+    garbling every accented character. It is UTF-8 (preferred): the byte is an error naming
+    line and column, or with encoding_errors='replace' U+FFFD in that cell only."""
+    assume(any(not r.isascii() for r in rows))  # the file is recognisably UTF-8
+    k = where.draw(st.integers(0, len(rows) - 1))
+    cells = [r.encode() for r in rows]
+    cells[k] += stray + b"x"
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"review\n" + b"".join(c + b"\n" for c in cells))
+    one_line_error(path, f"line {k + 2}, column 1", "otherwise UTF-8", "encoding_errors")
+    replaced = load_table(path, encoding_errors="replace").column("review").to_pylist()
+    expected = list(rows)
+    expected[k] = rows[k] + "\ufffdx"
+    assert replaced == expected
+
+
+def test_encoding_errors_is_checked():
+    with pytest.raises(InputError, match="encoding_errors 'ignore'"):
+        load_table(__file__, format="csv", encoding_errors="ignore")
