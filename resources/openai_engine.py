@@ -60,6 +60,7 @@ sim's server) as an `LLMEngine`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import random
@@ -142,7 +143,9 @@ class OpenAIEngine(LLMEngine):
         if len({(user, password) for _, user, password in parts}) > 1:
             raise ValueError("the replicas' URLs carry different user:password@ credentials")
         _, user, password = parts[0]
-        self._redact = Redactor([s for s in (api_key, user, password) if s])
+        basic = base64.b64encode(f"{user}:{password}".encode()).decode() if password else None
+        # a server may echo the Basic header: its base64 is the password too
+        self._redact = Redactor([s for s in (api_key, user, password, basic) if s])
         for clean_url, _, _ in parts:
             if not clean_url.startswith(("http://", "https://")):
                 raise ValueError(
