@@ -6,6 +6,8 @@ way everywhere (prompts, metrics, dedup), so a value never looks different in tw
 - null (None, NaN, NaT, pd.NA) -> "" (empty)
 - bool -> "True" / "False"; int -> decimal; float -> shortest repr ("2.5", "1e-07"),
   integral floats without ".0" only if the caller renders them so (we keep "3.0")
+- nested (list, struct, map; numpy arrays from pandas) -> compact JSON (`[1,2]`,
+  `{"x":"é"}`), the same from Arrow and pandas, never Python or numpy text
 - everything else -> str(value); strings are kept verbatim (braces, newlines and all)
 
 `EncodedTable` holds, per chosen field, integer codes per row (`codes[:, j]`) numbered in
@@ -15,6 +17,7 @@ lengths. It is built once; all algorithms work on the codes, never on Python cel
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,7 +44,28 @@ def render_cell(value: Any) -> str:
         return str(int(value))
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
+    if isinstance(value, dict | list | tuple | np.ndarray):
+        return json.dumps(_plain(value), ensure_ascii=False, separators=(",", ":"))
     return str(value)
+
+
+def _plain(value: Any) -> Any:
+    """A nested cell (Parquet list, struct or map; a numpy array from pandas) as plain JSON
+    values, so it renders the same from Arrow and from pandas: compact JSON, not Python or
+    numpy text. A missing or NaN element is null."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | np.ndarray):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, float):
+        return None if math.isnan(value) else value
+    if isinstance(value, bool | int | str):
+        return value
+    return render_cell(value)
 
 
 def column_names(table: TableLike) -> list[str]:

@@ -25,7 +25,7 @@ from llm_assets.optimizer.table import encode, factorize_strings, render_cell, r
         (3.0, "3.0"),
         ("{name} }{", "{name} }{"),
         (b"bytes", "bytes"),
-        ([1, 2], "[1, 2]"),
+        ([1, 2], "[1,2]"),  # nested values are compact JSON
     ],
 )
 def test_render_cell_rules(value, text):
@@ -82,3 +82,33 @@ def test_rows_that_differ_after_a_nul_are_not_deduplicated():
     frame = pd.DataFrame({"v": ["a\x00b", "a\x00c", "a\x00b"]})
     assert dedup_rows(frame, ["v"]).inverse.tolist() == [0, 1, 0]
     assert dedup_prompts(["x\x00y", "x\x00z"]).inverse.tolist() == [0, 1]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(
+            st.none(),
+            st.lists(st.integers(-5, 5), max_size=4),  # (pandas makes ints with nulls floats)
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_nested_cells_render_as_the_same_json_from_arrow_and_pandas(values):
+    """Issue 22 item 10: a Parquet list reached the prompt as numpy text (`[1 2]`) through
+    pandas and as Python text through Arrow; both are compact JSON now."""
+    import json
+
+    table = pa.table({"v": pa.array(values, type=pa.list_(pa.int64()))})
+    from_arrow = encode(table, ["v"])
+    from_pandas = encode(table.to_pandas(), ["v"])
+    arrow_cells = [from_arrow.cell(i, 0) for i in range(len(values))]
+    assert arrow_cells == [from_pandas.cell(i, 0) for i in range(len(values))]
+    for cell, value in zip(arrow_cells, values, strict=True):
+        assert cell == ("" if value is None else json.dumps(value, separators=(",", ":")))
+
+
+def test_a_struct_cell_is_compact_json_with_text_as_written():
+    table = pa.table({"s": pa.array([{"x": 1.5, "y": "é {b}"}])})
+    assert render_cell(table.column("s").to_pylist()[0]) == '{"x":1.5,"y":"é {b}"}'
