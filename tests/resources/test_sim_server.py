@@ -102,6 +102,7 @@ def test_parse_output_spec_accepts_vllm_fields(body: dict, spec: OutputSpec) -> 
             "only use one kind of constraints",
         ),
         ({"guided_choice": "Yes"}, "guided_choice", "valid list"),
+        ({"guided_choice": []}, "guided_choice", "choice"),  # was a 500 (issue 22 item 10)
         (
             {"guided_choice": ["a"], "guided_regex": "a"},
             "guided_regex",
@@ -379,6 +380,11 @@ def test_invalid_json_and_wrong_method(client: httpx.Client) -> None:
     bad = client.post("/completions", content=b"{not json", headers={"Content-Type": "x"})
     assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]["message"]
     assert client.get("/completions").status_code == 405
+    deep = b'{"prompt": "x", "a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"  # was a 500
+    nested = client.post("/completions", content=deep, headers={"Content-Type": "x"})
+    assert nested.status_code == 400 and "nested too deeply" in nested.json()["error"]["message"]
+    empty = client.post("/completions", json={"prompt": "x", "guided_choice": []})  # was a 500
+    assert empty.status_code == 400 and empty.json()["error"]["param"] == "guided_choice"
 
 
 def test_api_key_and_prompt_tokens_details_flags() -> None:

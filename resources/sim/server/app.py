@@ -262,6 +262,8 @@ class SimApp:
             body = json.loads(raw.decode("utf-8")) if raw else None
         except (UnicodeDecodeError, ValueError) as exc:
             raise bad_request(f"request body is not valid JSON ({exc})", "body") from None
+        except RecursionError:  # nesting deeper than the JSON parser can follow
+            raise bad_request("request body is nested too deeply to parse", "body") from None
         call = parse_call(body, chat=chat, default_max_tokens=self.config.default_max_tokens)
         model = body.get("model")
         if model is not None and model != self.config.served_model_name:

@@ -100,7 +100,10 @@ class ResponseFormat(BaseModel):
 def _spec(kind: str, value: Any, param: str) -> OutputSpec:
     """The `OutputSpec` of one constraint (`value` already has the field's type)."""
     if kind == "choice":
-        return OutputSpec.choice(value)
+        try:
+            return OutputSpec.choice(value)
+        except ValueError as exc:  # e.g. no choice at all
+            raise bad_request(f"{param}: {exc}", param, value) from None
     if kind == "regex":
         if not value:
             raise bad_request(f"{param} must be a non-empty regex", param)
