@@ -91,7 +91,7 @@ def source_asset(qdef: QueryDefinition, table: str) -> dg.AssetsDefinition:
     def source(context: dg.AssetExecutionContext):
         paths = None
         if landed:
-            from pathlib import Path
+            from llm_assets.assets.landing import landed_path
 
             if not _partitions(context):
                 raise dg.Failure(
@@ -99,8 +99,12 @@ def source_asset(qdef: QueryDefinition, table: str) -> dg.AssetsDefinition:
                     f"launch it with a partition (dg launch --partition <file name>, or a range "
                     f"with --partition-range), or turn on the sensor {qdef.name}_landing"
                 )
-            # every file of the run's partition range, concatenated: one table to plan
-            paths = [str(Path(qdef.landing.folder) / key) for key in _partitions(context)]
+            # every file of the run's partition range, concatenated: one table to plan; only
+            # files inside the landing folder (no `../x.csv`, absolute path or link out)
+            try:
+                paths = [str(landed_path(qdef.landing.folder, k)) for k in _partitions(context)]
+            except ValueError as error:
+                raise dg.Failure(f"{context.asset_key.to_user_string()}: {error}") from None
         frame = spec.read(paths)
         context.add_output_metadata(
             {

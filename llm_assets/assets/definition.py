@@ -24,8 +24,9 @@ NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 class LandingSpec(BaseModel):
     """A folder whose files each become a partition of the query: the sensor runs each new
-    file alone; a backfill of many runs `max_partitions_per_run` files at a time, each run
-    planning and reordering its files as one table."""
+    file alone once it has settled (`settle_seconds`), at most `max_runs_per_tick` per look; a
+    backfill of many runs `max_partitions_per_run` files at a time, each run planning and
+    reordering its files as one table."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -48,12 +49,32 @@ class LandingSpec(BaseModel):
         "(`BackfillPolicy.multi_run`).",
     )
 
-    @field_validator("max_partitions_per_run")
+    settle_seconds: float = Field(
+        5.0,
+        description="A file is launched once its size and modification time have stood still "
+        "this long: seen unchanged by two sensor looks this far apart, or last modified this "
+        "long ago. 0 launches a file at first sight (for producers that write under a temporary "
+        "name and rename).",
+    )
+    max_runs_per_tick: int = Field(
+        20,
+        description="Most runs one sensor look asks for (at least 1); further ready files are "
+        "asked for by the next looks, oldest first.",
+    )
+
+    @field_validator("max_partitions_per_run", "max_runs_per_tick")
     @classmethod
-    def _at_least_one(cls, value: int) -> int:
+    def _at_least_one(cls, value: int, info) -> int:
         # a validator, not Field(ge=1): Dagster's component schema rejects annotated bounds
         if value < 1:
-            raise ValueError(f"max_partitions_per_run must be at least 1, got {value}")
+            raise ValueError(f"{info.field_name} must be at least 1, got {value}")
+        return value
+
+    @field_validator("settle_seconds")
+    @classmethod
+    def _not_negative(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError(f"settle_seconds must be 0 or more, got {value}")
         return value
 
 

@@ -1,12 +1,18 @@
 """Landing per query: each file in a query's landing folder becomes a dynamic partition and
 one run of that query only; two files never overwrite each other."""
 
+import json
+import os
+import time
+
 import dagster as dg
 import duckdb
 import pytest
 
 from jobs.resources import resources_for
 from llm_assets import llm_query_assets
+from llm_assets.assets.definition import QueryDefinition
+from llm_assets.assets.landing import landed_files
 
 SQL = "SELECT r.id, LLM('Summarize {review}', r.review) AS summary FROM reviews r"
 
@@ -24,6 +30,19 @@ def sensor_of(defs):
     return sensor
 
 
+def age(*paths, seconds=60.0):
+    """Set the files' modification time `seconds` in the past (negative: in the future)."""
+    for path in paths:
+        when = time.time() - seconds
+        os.utime(path, (when, when))
+
+
+def look(sensor, instance, cursor=None):
+    """One sensor evaluation: (partition keys asked for, the cursor for the next look)."""
+    result = sensor(dg.build_sensor_context(instance=instance, cursor=cursor))
+    return [r.partition_key for r in result.run_requests], result.cursor
+
+
 def test_each_new_file_is_a_partition_and_one_run(landing):
     defs = llm_query_assets("q", SQL, sources={"reviews": "unused.csv"}, landing=str(landing))
     sensor = sensor_of(defs)
@@ -31,6 +50,7 @@ def test_each_new_file_is_a_partition_and_one_run(landing):
     (landing / "a.csv").write_text("id,review\n1,good\n2,bad\n")
     (landing / "b.tsv").write_text("id\treview\n3\tfine\n")
     (landing / "notes.txt").write_text("not a table")
+    age(landing / "a.csv", landing / "b.tsv")  # written a minute ago: settled
     with dg.instance_for_test() as instance:
         result = sensor(dg.build_sensor_context(instance=instance))
         keys = [r.partition_key for r in result.run_requests]
@@ -156,3 +176,127 @@ def test_a_header_only_file_stops_the_run_in_one_line(landing):
     assert not result.success
     message = step_failure(result)
     assert "table 'reviews' has columns but no rows" in message, message
+
+
+def test_a_file_still_being_written_waits_until_it_settles(landing):
+    """Issue 22 item 5: a file whose size or time changes between two looks is not launched
+    (its last value would be cut: `22486` read as `224`); it is once two looks
+    `settle_seconds` apart see it unchanged, or once it was last written that long ago."""
+    defs = llm_query_assets(
+        "q",
+        SQL,
+        sources={"reviews": "unused.csv"},
+        landing={"folder": str(landing), "settle_seconds": 0.3},
+    )
+    sensor = sensor_of(defs)
+    half = landing / "a.csv"
+    half.write_text("id,review\n1,224")
+    age(half, seconds=-3600)  # a clock ahead of ours: only looks can tell it settled
+    with dg.instance_for_test() as instance:
+        keys, cursor = look(sensor, instance)
+        assert keys == []  # first sight
+        half.write_text("id,review\n1,22486\n")
+        age(half, seconds=-3601)
+        time.sleep(0.4)
+        keys, cursor = look(sensor, instance, cursor)
+        assert keys == []  # changed since the last look
+        time.sleep(0.4)
+        keys, cursor = look(sensor, instance, cursor)
+        assert keys == ["a.csv"]  # unchanged on two looks 0.4 s apart
+        assert json.loads(cursor)["launched"] == {"a.csv": half.stat().st_mtime_ns}
+        assert look(sensor, instance, cursor)[0] == []  # asked for once
+        # written again: run again once settled; written long ago: at first sight
+        half.write_text("id,review\n1,22486\n2,7\n")
+        assert look(sensor, instance, cursor)[0] == []  # just written
+        age(half)
+        assert look(sensor, instance, cursor)[0] == ["a.csv"]
+    slow = llm_query_assets(
+        "q", SQL, sources={"reviews": "unused.csv"},
+        landing={"folder": str(landing), "settle_seconds": 3600},
+    )  # fmt: skip
+    with dg.instance_for_test() as instance:
+        assert look(sensor_of(slow), instance)[0] == []  # a minute old is not an hour
+    with pytest.raises(ValueError, match="settle_seconds must be 0 or more, got -1"):
+        llm_query_assets(
+            "q", SQL, sources={"reviews": "unused.csv"},
+            landing={"folder": str(landing), "settle_seconds": -1},
+        )  # fmt: skip
+
+
+def test_temporary_names_are_never_read(landing):
+    defs = llm_query_assets("q", SQL, sources={"reviews": "unused.csv"}, landing=str(landing))
+    names = ["a.csv.part", "b.csv.tmp", "c.csv.partial", "d.csv.crdownload", ".e.csv", "f.csv~"]
+    for name in names + ["done.csv"]:
+        (landing / name).write_text("id,review\n1,good\n")
+        age(landing / name)
+    with dg.instance_for_test() as instance:
+        assert look(sensor_of(defs), instance)[0] == ["done.csv"]
+    files, ignored = landed_files(
+        QueryDefinition.build("q", SQL, {"reviews": "u.csv"}, landing=str(landing))
+    )
+    assert [p.name for p in files] == ["done.csv"] and ignored == []  # skipped silently
+
+
+def test_nothing_outside_the_landing_folder_is_read(landing):
+    """A link out of the folder is skipped with a warning; a partition key that is not a file
+    name of the folder (`../x.csv`, an absolute path, a link out) fails the run in one line."""
+    outside = landing.parent / "x.csv"
+    outside.write_text("id,review\n1,secret\n")
+    (landing / "a.csv").write_text("id,review\n1,good\n")
+    (landing / "out.csv").symlink_to(outside)
+    (landing / "alias.csv").symlink_to(landing / "a.csv")  # inside: read as a.csv
+    age(landing / "a.csv", outside)
+    defs = llm_query_assets("q", SQL, sources={"reviews": "unused.csv"}, landing=str(landing))
+    with dg.instance_for_test() as instance:
+        assert look(sensor_of(defs), instance)[0] == ["a.csv", "alias.csv"]
+    files, ignored = landed_files(
+        QueryDefinition.build("q", SQL, {"reviews": "u.csv"}, landing=str(landing))
+    )
+    (message,) = ignored
+    assert "out.csv: a link to" in message and "outside" in message, message
+    # not a plain name (even one that leads back inside), or a link out
+    keys = ["../x.csv", str(outside), f"../{landing.name}/a.csv", "out.csv"]
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("q_files", keys)
+        for key in keys:
+            result = dg.materialize(
+                list(defs.assets),
+                partition_key=key,
+                instance=instance,
+                resources=resources_for("sim"),
+                selection="q/source_reviews",
+                raise_on_error=False,
+            )
+            assert not result.success
+            message = step_failure(result)
+            assert "\n" not in message and repr(key) in message, message
+            reason = "outside the" if key == "out.csv" else "is not a file name in the"
+            assert reason in message, message
+            assert f"landing folder {landing.resolve()}" in message, message
+
+
+def test_a_look_asks_for_at_most_max_runs_per_tick(landing):
+    """Item 10: 500 landed files do not ask for 500 runs at once; each look asks for the oldest
+    `max_runs_per_tick` ready files and the next looks for the rest."""
+    defs = llm_query_assets(
+        "q",
+        SQL,
+        sources={"reviews": "unused.csv"},
+        landing={"folder": str(landing), "max_runs_per_tick": 4},
+    )
+    names = [f"f{k:02}.csv" for k in range(10)]
+    for k, name in enumerate(names):
+        (landing / name).write_text("id,review\n1,good\n")
+        age(landing / name, seconds=100 - k)  # f00 oldest
+    with dg.instance_for_test() as instance:
+        asked, cursor = [], None
+        for _ in range(4):
+            keys, cursor = look(sensor_of(defs), instance, cursor)
+            assert len(keys) <= 4
+            asked.append(keys)
+        assert asked == [names[:4], names[4:8], names[8:], []]
+    with pytest.raises(ValueError, match="max_runs_per_tick must be at least 1, got 0"):
+        llm_query_assets(
+            "q", SQL, sources={"reviews": "unused.csv"},
+            landing={"folder": str(landing), "max_runs_per_tick": 0},
+        )  # fmt: skip
