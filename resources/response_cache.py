@@ -290,7 +290,10 @@ class ResponseCache:
                 written = _count(con) - before
                 con.execute("COMMIT")
             except BaseException:
-                con.execute("ROLLBACK")
+                # a COMMIT that failed (a full disk) has already ended the transaction: the
+                # error to show is that one, not ROLLBACK's "no transaction is active"
+                with contextlib.suppress(duckdb.Error):
+                    con.execute("ROLLBACK")
                 raise
             finally:
                 con.unregister("new_rows")

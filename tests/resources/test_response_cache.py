@@ -174,3 +174,36 @@ def test_a_locked_file_is_waited_for_then_times_out_naming_the_file(tmp_path: Pa
     with pytest.raises(CacheLockTimeout, match="held.duckdb.*lock_timeout_s=0.3"):
         ResponseCache(path, lock_timeout_s=0.3).count()
     holder.join(30)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 2 MiB filesystem (tmpfs); skipped where mounting is not allowed."""
+    import subprocess
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_full_disk_shows_the_write_error_not_a_rollback_error(small_disk):
+    """Issue 22 item 10: a COMMIT that failed on a full disk was hidden behind ROLLBACK's
+    "cannot rollback - no transaction is active"."""
+    cache = ResponseCache(small_disk / "responses.duckdb")
+    text = "x" * 2000
+    with pytest.raises(duckdb.Error) as caught:
+        for chunk in range(100):
+            items = [
+                (f"k{chunk}-{i}", Response(f"r{i}", text, 1, 0, 1, 0.1, 0.2)) for i in range(200)
+            ]
+            cache.put_many(items)
+    message = str(caught.value)
+    assert "No space left on device" in message and "rollback" not in message, message
