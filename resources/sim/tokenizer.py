@@ -11,13 +11,17 @@ built-in `ApproxTokenizer` does not need a vocabulary file:
   pieces by the pattern, as Llama 3 does). On the text of ../shared/data/*.csv its counts stay
   within 15% of the Llama 3 tokenizer (tested per file);
 - text is first cut into lines and sentences (cuts that fall on piece boundaries) and each
-  segment is memoised, so repeated instructions and field values cost one dict look-up;
+  segment (up to `_MAX_MEMO_CHARS`) is memoised, so repeated instructions and field values cost
+  one dict look-up;
 - ids are a stable hash (crc32) of the piece and the sub-token index, reduced to Llama 3's 128,256
-  ids: deterministic across processes (never Python's salted `hash()` of a str).
+  ids: deterministic across processes (never Python's salted `hash()` of a str). A long piece
+  (a run without spaces) is hashed once, not once per sub-token (see `_piece_ids`).
 
 Invariants: `encode` is a pure function of the text; `encode(a + b)` starts with `encode(a)`
 whenever `a` ends at a piece boundary (e.g. a newline), which is what makes field-aligned
-prefixes shareable; it is fast (a regex pass plus one dict look-up per piece, memoised).
+prefixes shareable; it is fast (a regex pass plus one dict look-up per piece, memoised) and
+linear in the text, long runs without spaces included (tests/resources/sim/
+test_tokenizer_long.py counts the bytes hashed).
 
 `load_tokenizer(path)` loads a Hugging Face `tokenizer.json` (package `tokenizers`) or a tiktoken
 BPE file (package `tiktoken`, with the Llama 3 split pattern); both imports are lazy.
@@ -25,6 +29,7 @@ BPE file (package `tiktoken`, with the Llama 3 split pattern); both imports are 
 
 from __future__ import annotations
 
+import functools
 import re
 import zlib
 from collections.abc import Callable
@@ -63,6 +68,14 @@ _CHARS_PER_TOKEN_PUNCT = 3
 _MAX_PIECE_MEMO = 1_000_000
 _MAX_SEGMENT_MEMO = 300_000
 _MIN_SENTENCE_SPLIT = 160
+_MAX_MEMO_CHARS = 16_384
+"""Longer segments and pieces are not memoised: they rarely repeat, and each would pin its text
+and ids in the memo (a context-window search tokenizes ~20 prefixes of a 1M-character cell)."""
+_DIRECT_IDS = 8
+"""Pieces of up to this many sub-tokens hash each sub-token directly (short pieces: cheaper)."""
+_ID_SEED = 0x9E3779B1
+_CRC32_POLY = 0xEDB88320
+"""zlib's CRC-32 polynomial, bit-reflected."""
 
 
 @runtime_checkable
@@ -91,11 +104,62 @@ def _piece_token_count(piece: str) -> int:
     return 1 + (len(body) - 1) // _CHARS_PER_TOKEN_PUNCT
 
 
+def _gf2_apply(columns: tuple[int, ...], vector: int) -> int:
+    """The 32-bit GF(2)-linear map given by its `columns` (images of bits 0..31) at `vector`."""
+    out = 0
+    j = 0
+    while vector:
+        if vector & 1:
+            out ^= columns[j]
+        vector >>= 1
+        j += 1
+    return out
+
+
+@functools.cache
+def _zero_bits_map(k: int) -> tuple[int, ...]:
+    """The map that 2**k zero bits apply to zlib's (reflected) CRC-32 register, as columns."""
+    if k == 0:  # one zero bit: shift right, xor the polynomial when a 1 falls off
+        return (_CRC32_POLY, *(1 << j for j in range(31)))
+    half = _zero_bits_map(k - 1)
+    return tuple(_gf2_apply(half, column) for column in half)
+
+
+def _crc_shift(register: int, n_bytes: int) -> int:
+    """`register` carried through `n_bytes` zero bytes: O(log n_bytes) steps, no bytes read.
+
+    CRC-32 is affine in its start value, so for data of n bytes
+    `crc32(data, a) ^ crc32(data, b) == _crc_shift(a ^ b, n)`.
+    """
+    bits = 8 * n_bytes
+    k = 0
+    while bits:
+        if bits & 1:
+            register = _gf2_apply(_zero_bits_map(k), register)
+        bits >>= 1
+        k += 1
+    return register
+
+
 def _piece_ids(piece: str) -> tuple[int, ...]:
+    """Sub-token i of a piece has id `crc32(piece, _ID_SEED ^ i) % VOCAB_SIZE`.
+
+    A long piece (a run without spaces) gets those ids from one CRC pass over its bytes: the
+    CRC under seed `_ID_SEED ^ i` is the CRC under `_ID_SEED` xor `_crc_shift(i, len)`, and the
+    shifts of the bits of i combine by xor, so the work is linear in the piece's length rather
+    than one pass per sub-token (quadratic).
+    """
     data = piece.encode("utf-8")
-    return tuple(
-        zlib.crc32(data, 0x9E3779B1 ^ i) % VOCAB_SIZE for i in range(_piece_token_count(piece))
-    )
+    n = _piece_token_count(piece)
+    if n <= _DIRECT_IDS:
+        return tuple(zlib.crc32(data, _ID_SEED ^ i) % VOCAB_SIZE for i in range(n))
+    crcs = [zlib.crc32(data, _ID_SEED)]
+    bit = 1
+    while len(crcs) < n:  # crcs[j + bit] = crcs[j] ^ shift(bit), for j < bit
+        step = _crc_shift(bit, len(data))
+        crcs += [crc ^ step for crc in crcs]
+        bit <<= 1
+    return tuple(crc % VOCAB_SIZE for crc in crcs[:n])
 
 
 def _segments(text: str) -> list[str]:
@@ -139,10 +203,20 @@ class ApproxTokenizer:
         except KeyError:
             if len(memo) > _MAX_PIECE_MEMO:
                 memo.clear()
+            too_long = False
             for piece in pieces:
-                if piece not in memo:
+                if piece in memo:
+                    continue
+                if len(piece) <= _MAX_MEMO_CHARS:
                     memo[piece] = _piece_ids(piece)
-            return tuple(chain.from_iterable(map(memo.__getitem__, pieces)))
+                else:
+                    too_long = True
+            look_up = self._piece if too_long else memo.__getitem__
+            return tuple(chain.from_iterable(map(look_up, pieces)))
+
+    def _piece(self, piece: str) -> tuple[int, ...]:
+        ids = self._piece_memo.get(piece)
+        return _piece_ids(piece) if ids is None else ids
 
     def encode(self, text: str) -> list[int]:
         segments = _segments(text)
@@ -152,10 +226,20 @@ class ApproxTokenizer:
         except KeyError:
             if len(memo) > _MAX_SEGMENT_MEMO:
                 memo.clear()
+            too_long = False
             for segment in segments:
-                if segment not in memo:
+                if segment in memo:
+                    continue
+                if len(segment) <= _MAX_MEMO_CHARS:
                     memo[segment] = self._encode_segment(segment)
-            return list(chain.from_iterable(map(memo.__getitem__, segments)))
+                else:
+                    too_long = True
+            look_up = self._segment if too_long else memo.__getitem__
+            return list(chain.from_iterable(map(look_up, segments)))
+
+    def _segment(self, segment: str) -> tuple[int, ...]:
+        ids = self._segment_memo.get(segment)
+        return self._encode_segment(segment) if ids is None else ids
 
     def count(self, text: str) -> int:
         """Number of tokens of `text` (same as `len(encode(text))`)."""
