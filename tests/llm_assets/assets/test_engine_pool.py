@@ -3,6 +3,7 @@ named after the engine resource key, so runs at once never exceed the limit a us
 `dagster instance concurrency set llm_engine N`."""
 
 import threading
+import time
 
 import dagster as dg
 
@@ -42,7 +43,14 @@ def test_llm_steps_wait_for_a_slot_of_the_engine_pool(tmp_path, monkeypatch):
 
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
-        assert not done.wait(20)  # blocked on the pool while the slot is held
+        deadline = time.monotonic() + 120
+        storage = instance.event_log_storage
+        while not storage.get_concurrency_info("llm_engine").pending_step_count:
+            assert not done.is_set(), "the run finished without waiting for the held slot"
+            assert time.monotonic() < deadline, "the LLM step never queued for a slot"
+            time.sleep(0.1)
+        # queued for the pool while the slot is held, and not run
+        assert not done.wait(1)
         assert not instance.get_latest_materialization_event(dg.AssetKey(["q", "llm_outputs"]))
         instance.event_log_storage.free_concurrency_slot_for_step("other-run", "step")
         assert done.wait(120)
