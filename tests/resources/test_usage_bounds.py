@@ -5,6 +5,8 @@ refuse a real tokenizer's count: checked against the Llama 3 tokenizer on hostil
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -50,14 +52,20 @@ def test_counts_beyond_what_the_request_can_have_are_refused(text, max_tokens, p
     assert fits and got == Completion("ok", p, 0, o)
 
 
+@functools.cache
+def llama3():
+    """The Llama 3 tokenizer, loaded once (about a second each time)."""
+    pytest.importorskip("tokenizers")
+    from resources.sim.tokenizer import load_tokenizer
+
+    return load_tokenizer(LLAMA3_JSON)
+
+
 @pytest.mark.skipif(not LLAMA3_JSON.is_file(), reason="../shared/tokenizers is absent")
 @settings(max_examples=200, deadline=None)
 @given(st.text(st.characters(codec="utf-8"), max_size=400))
 def test_a_real_tokenizer_never_exceeds_the_bound(text: str) -> None:
-    pytest.importorskip("tokenizers")
-    from resources.sim.tokenizer import load_tokenizer
-
-    tokens = len(load_tokenizer(LLAMA3_JSON).encode(text))
+    tokens = len(llama3().encode(text))
     assert tokens <= UsageBounds.of(text, None).prompt_tokens - TEMPLATE_TOKENS
 
 
