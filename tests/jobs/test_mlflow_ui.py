@@ -6,20 +6,17 @@ LLM_ASSETS_SCREENSHOTS (benchmarks/results, to refresh the committed mlflow_runs
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from llm_assets.assets.tracking import run_name, table_columns
 from llm_assets.optimizer.cost import PRICING
 from llm_assets.pipeline.options import QueryOptions
 from resources.tracking import MLflowTracker
+from tests.jobs.ui_server import answering, free_port
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -27,12 +24,6 @@ pytestmark = [
     pytest.mark.ui,
     pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs it)"),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def metrics(hit_rate: float, engine_s: float) -> dict[str, float]:
@@ -76,26 +67,8 @@ def mlflow_ui(tmp_path_factory):
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{tracker.ui_url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None:
-                pytest.fail(f"mlflow server exited with {proc.returncode}")
-            time.sleep(0.25)
-        else:
-            pytest.fail("mlflow server did not answer within 120 s")
+    with answering(proc, f"{tracker.ui_url}/health", "mlflow server", timeout_s=120, poll_s=0.25):
         yield links, names, str(home)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 WHOLE = """el => {  // the text, laid out whole, ends inside its grid cell; nothing clips it

@@ -4,15 +4,13 @@ benchmarks/results/."""
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
+
+from tests.jobs.ui_server import answering, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -28,12 +26,6 @@ pytestmark = [
     pytest.mark.ui,
     pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs it)"),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -52,26 +44,8 @@ def dagster_ui(tmp_path_factory):
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/server_info", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None:
-                pytest.fail(f"dagster dev exited with {proc.returncode}")
-            time.sleep(1)
-        else:
-            pytest.fail("dagster dev did not answer within 180 s")
+    with answering(proc, f"{url}/server_info", "dagster dev", timeout_s=180, poll_s=1):
         yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def test_lineage_of_every_query_renders(dagster_ui, tmp_path):
