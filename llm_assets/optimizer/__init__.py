@@ -37,6 +37,7 @@ def reorder(
     token_length: Callable[[str], int] | None = None,
     tokenizer: Callable[[str], Sequence[int]] | None = None,
     fixed_fields: bool = False,
+    block_size: int | None = None,
 ) -> Schedule:
     """Schedule for `table` over `fields` (all columns by default) by `method`:
     `original` (file order, fields as given), `column_stats`, or `ggr`.
@@ -44,9 +45,10 @@ def reorder(
     `ggr` never does worse than the other two: it scores the greedy's schedule, file order
     and column statistics and returns the best (ties to the greedy), naming it in
     `method_used`. The score is the char hit rate, or with `tokenizer` (text -> token ids)
-    the token hit rate in whole 16-token blocks of the rows rendered one value per line; the
-    greedy then also weighs values by their token counts, unless `table` is already encoded
-    (`token_length` alone only does that).
+    the token hit rate in whole `block_size`-token blocks (the engine's KV block size, given
+    with the tokenizer) of the rows rendered one value per line; the greedy then also weighs
+    values by their token counts, unless `table` is already encoded (`token_length` alone
+    only does that).
 
     With `fixed_fields` every row keeps the fields in the order given: `original` is file
     order, the other methods sort the rows by their values in that order (method_used
@@ -54,6 +56,8 @@ def reorder(
     on neighbour prefix sharing when fields cannot move."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {list(METHODS)}")
+    if tokenizer is not None and block_size is None:
+        raise ValueError("a tokenizer needs the engine's block_size (tokens per KV block)")
     if tokenizer is not None and token_length is None:
         token_length = lambda text: len(tokenizer(text))  # noqa: E731
     enc = table if isinstance(table, EncodedTable) else encode(table, fields, token_length)
@@ -72,13 +76,13 @@ def reorder(
     best, best_score = None, -1.0
     for name in ("ggr", "column_stats", "original"):
         schedule = candidates[name]()
-        score = _hit_rate(enc, schedule, tokenizer)
+        score = _hit_rate(enc, schedule, tokenizer, block_size)
         if score > best_score:
             best, best_score = replace(schedule, method_used=name), score
     return best
 
 
-def _hit_rate(enc: EncodedTable, schedule: Schedule, tokenizer) -> float:
+def _hit_rate(enc: EncodedTable, schedule: Schedule, tokenizer, block_size) -> float:
     if tokenizer is None:
         return char_hit_rate(enc, schedule)
-    return token_hit_rate(row_strings(enc, schedule, sep="\n"), tokenizer)
+    return token_hit_rate(row_strings(enc, schedule, sep="\n"), tokenizer, block_size)

@@ -9,6 +9,8 @@
 - `token_hit_rate`: the same over token ids in whole blocks, as vLLM's prefix cache with an
   unbounded pool counts it: a row hits the full `block_size`-token blocks its token prefix
   shares with an earlier row, never its last token; a shorter shared prefix earns nothing.
+  The block size is the engine's (vLLM's `block_size`, the simulator's
+  `resources.sim.block_cache.BLOCK_SIZE`): the caller passes it.
 - `phc`: prefix hit count of ggr_mlsys.txt Eq. 1-2: for each row, the sum of squared cell
   lengths over the leading cells equal to the PREVIOUS row's cells at the same positions. A
   cell is a (field, value) pair: the same text in another field is not a hit.
@@ -24,7 +26,6 @@ from llm_assets.optimizer.schedule import Pairs, Schedule, validate_schedule
 from llm_assets.optimizer.table import EncodedTable, TableLike, encode
 
 __all__ = [
-    "BLOCK_SIZE",
     "char_hit_rate",
     "common_prefix_len",
     "neighbour_lcps",
@@ -34,11 +35,6 @@ __all__ = [
     "token_hit_rate",
     "validate_schedule",
 ]
-
-
-BLOCK_SIZE = 16
-"""Tokens per KV block: vLLM's default block size on CUDA. The one constant: the simulator's
-block cache (`resources.sim.block_cache`) takes it from here."""
 
 
 def _encoded(table: TableLike | EncodedTable, sched: Schedule) -> EncodedTable:
@@ -192,10 +188,11 @@ def char_hit_rate(table: TableLike | EncodedTable, schedule: Pairs | Schedule) -
 
 
 def token_hit_rate(
-    texts: Sequence[str], tokenize: Callable[[str], Sequence[int]], block_size: int = BLOCK_SIZE
+    texts: Sequence[str], tokenize: Callable[[str], Sequence[int]], block_size: int
 ) -> float:
     """Share of the prompt tokens of `texts` (sent in this order) that an unbounded prefix
-    cache of `block_size`-token blocks serves (see the module docstring); 0.0 for none."""
+    cache of the engine's `block_size`-token blocks serves (see the module docstring); 0.0
+    for none."""
     ids = [tuple(tokenize(t)) for t in texts]
     blocks = [
         tuple(seq[k : k + block_size] for k in range(0, len(seq) - block_size + 1, block_size))

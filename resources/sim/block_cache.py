@@ -38,7 +38,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from llm_assets.optimizer.metrics import BLOCK_SIZE
+BLOCK_SIZE = 16
+"""Tokens per KV block, an engine property: vLLM's default `CacheConfig.block_size` on CUDA,
+which vLLM passes to its KV cache manager and block pool. The simulator's pool and
+schedulers count in blocks of this size; `block_hashes` takes it as a parameter, and the
+optimizer's token metric (`llm_assets.optimizer.metrics.token_hit_rate`) is given it by its
+caller."""
 
 __all__ = ["BLOCK_SIZE", "BlockPool", "block_hashes"]
 

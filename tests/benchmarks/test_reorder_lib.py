@@ -11,6 +11,7 @@ from llm_assets.optimizer import encode, reorder
 from llm_assets.optimizer.metrics import char_hit_rate, row_strings
 from llm_assets.optimizer.metrics import token_hit_rate as trie_token_hit_rate
 from llm_assets.optimizer.schedule import validate_schedule
+from resources.sim.block_cache import BLOCK_SIZE
 from resources.sim.tokenizer import ApproxTokenizer
 from tests.conftest import shared_file
 from tests.llm_assets.optimizer.strategies import tables
@@ -57,7 +58,7 @@ def test_sim_block_cache_agrees_with_the_optimizers_token_metric(shape):
     texts = [t + "\n" for t in row_strings(enc, schedule, sep="\n")]
     assert tokens.agreement(schedule) == 1.0
     assert token_hit_rate(tokens.rows(schedule)) == pytest.approx(
-        trie_token_hit_rate(texts, tokenizer.encode)
+        trie_token_hit_rate(texts, tokenizer.encode, BLOCK_SIZE)
     )
 
 

@@ -14,6 +14,7 @@ from llm_assets.optimizer.metrics import char_hit_rate, phc, row_strings, token_
 from llm_assets.optimizer.ophr import ophr
 from llm_assets.optimizer.schedule import validate_schedule
 from llm_assets.optimizer.table import encode
+from resources.sim.block_cache import BLOCK_SIZE
 from tests.llm_assets.optimizer.strategies import tables
 
 
@@ -228,9 +229,11 @@ def test_with_a_tokenizer_ggr_never_loses_in_token_hit_rate(frame):
     enc = encode(frame, token_length=lambda text: len(four_tokens_per_char(text)))
 
     def rate(schedule):
-        return token_hit_rate(row_strings(enc, schedule, sep="\n"), four_tokens_per_char)
+        return token_hit_rate(
+            row_strings(enc, schedule, sep="\n"), four_tokens_per_char, BLOCK_SIZE
+        )
 
-    best = reorder(frame, tokenizer=four_tokens_per_char)
+    best = reorder(frame, tokenizer=four_tokens_per_char, block_size=BLOCK_SIZE)
     validate_schedule(best, len(frame), list(frame.columns))
     for other in ("original", "column_stats"):
         assert rate(best) >= rate(reorder(enc, method=other))

@@ -138,6 +138,12 @@ def test_token_hit_rate_counts_whole_blocks_only():
     assert token_hit_rate(["abcdefgh", "abcdefgh"], chars, block_size=4) == 4 / 16
 
 
+def test_a_tokenizer_without_the_engines_block_size_is_refused():
+    with pytest.raises(ValueError, match="block_size"):
+        reorder(pd.DataFrame({"a": ["x", "y"]}), tokenizer=chars)
+    assert reorder(pd.DataFrame({"a": ["x", "y"]}), tokenizer=chars, block_size=4).method_used
+
+
 @given(st.lists(st.text(alphabet="ab", max_size=12), max_size=8))
 @settings(max_examples=100, deadline=None)
 def test_token_hit_rate_matches_a_direct_count(texts):
