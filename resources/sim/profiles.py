@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llm_assets.optimizer.cost import GPU_USD_PER_HOUR
 from resources.sim.block_cache import BLOCK_SIZE
 
 __all__ = [
@@ -51,11 +50,6 @@ class HardwareProfile:
     """Device memory as the driver reports it (nvidia-smi total), bytes."""
     interconnect_bandwidth: float
     """GPU-to-GPU bandwidth per direction (NVLink, or PCIe when there is none), bytes/s."""
-
-    @property
-    def usd_per_hour(self) -> float:
-        """Rental price per GPU-hour, from the one dated table in `llm_assets.optimizer.cost`."""
-        return GPU_USD_PER_HOUR[self.name]
 
 
 HARDWARE: dict[str, HardwareProfile] = {
@@ -167,10 +161,6 @@ class Deployment:
         """KV cache capacity in 16-token blocks (0 when the weights do not fit)."""
         per_token = self.model.kv_bytes_per_token / self.tensor_parallel_size
         return max(0, int(self.kv_bytes_per_gpu / per_token) // BLOCK_SIZE)
-
-    @property
-    def usd_per_hour(self) -> float:
-        return self.hardware.usd_per_hour * self.num_gpus
 
     def describe(self) -> str:
         tp = self.tensor_parallel_size

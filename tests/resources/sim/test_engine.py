@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from llm_assets.optimizer.cost import self_hosted_usd
 from llm_assets.output_spec import OutputSpec
-from resources.engine import Request
+from resources.engine import GpuRental, Request
 from resources.sim import SimulatedEngine
 from tests.resources.sim.helpers import IntTokenizer, prompt, req
 
@@ -77,7 +78,9 @@ def test_progress_reports_completion() -> None:
 def test_tensor_parallel_deployment_prices_all_gpus() -> None:
     eng = SimulatedEngine(gpu="A100-40GB", model="llama-3-70b")
     assert eng.hardware == "4xA100-40GB" and eng.deployment.num_gpus == 4
-    assert eng.deployment.usd_per_hour == pytest.approx(4 * 1.29)
+    assert eng.gpu_rental == GpuRental("A100-40GB", 4)
+    rental = eng.gpu_rental
+    assert self_hosted_usd(3600.0, rental.gpu, rental.num_gpus) == pytest.approx(4 * 1.29)
 
 
 def test_empty_run() -> None:
