@@ -6,7 +6,7 @@ their gap to the optimum (infermax_cost_scheduling.txt §5).
                                    [--small-seeds 0,1] [--no-optimum] [--json PATH]
 
 1. Large workloads: every policy (`fcfs`, `vllm-v1`, `sarathi`, `static-priority`, `relserve`,
-   `relserve-v1`) serves the same seeded workloads (`resources.sim.workload`: 100 relQueries
+   `relserve-v1`) serves the same seeded workloads (`benchmarks.lib.workload`: 100 relQueries
    from five templates, 1-100 requests each, Poisson arrivals) at each rate, on a fresh engine
    each time: mean, p50, p99 and max relQuery latency, waiting / core / tail (Eq. 2) and the
    scheduling overhead, means over seeds.
@@ -32,13 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.lib.workload import TEMPLATES, WorkloadConfig, generate_workload
 from benchmarks.scheduler_report import markdown, plot
 from resources.sim import ApproxTokenizer, SimulatedEngine
 from resources.sim.policies import RelServeConfig, RelServePolicy, RelServeV1Policy
 from resources.sim.policies.base import ScheduleContext
 from resources.sim.policies.relserve_v1 import DEFAULT_TAIL_DEADLINE_S
 from resources.sim.policies.updater import UpdaterConfig, max_iteration_s
-from resources.sim.workload import TEMPLATES, WorkloadConfig, generate_workload
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_JSON = RESULTS / "scheduler.json"

@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("highspy", reason="highspy (HiGHS) not installed: pip install highspy")
 
+from benchmarks.lib.workload import WorkloadConfig, generate_workload  # noqa: E402
 from resources.engine import Request  # noqa: E402
 from resources.sim import ApproxTokenizer, SimulatedEngine  # noqa: E402
 from resources.sim.optimal import (  # noqa: E402
@@ -19,7 +20,6 @@ from resources.sim.optimal import (  # noqa: E402
 )
 from resources.sim.policies import POLICIES  # noqa: E402
 from resources.sim.relquery import RelQuery  # noqa: E402
-from resources.sim.workload import WorkloadConfig, generate_workload  # noqa: E402
 from tests.resources.sim.helpers import IntTokenizer, prompt  # noqa: E402
 
 

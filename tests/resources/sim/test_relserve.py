@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.lib.workload import WorkloadConfig, generate_workload
 from resources.engine import Request
 from resources.sim import ApproxTokenizer, SimulatedEngine
 from resources.sim.policies import RelServeConfig, RelServePolicy
 from resources.sim.policies.arranger import ArrangerConfig
 from resources.sim.policies.updater import UpdaterConfig
 from resources.sim.relquery import RelQuery
-from resources.sim.workload import WorkloadConfig, generate_workload
 from tests.resources.sim.helpers import IntTokenizer, prompt
 
 ALL = ["fcfs", "vllm-v1", "sarathi", "static-priority", "relserve", "relserve-v1"]

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from benchmarks.lib.workload import WorkloadConfig, generate_workload
 from resources.sim import ApproxTokenizer, SimulatedEngine
 from resources.sim.block_cache import BlockPool, block_hashes
 from resources.sim.pem import LinearPredictors, pem_decoding, pem_queued
@@ -16,7 +17,6 @@ from resources.sim.policies.arranger import AdaptiveBatchArranger
 from resources.sim.policies.base import ScheduleContext, SimSeq
 from resources.sim.policies.priority import CachedLookup, RelQueryQueue
 from resources.sim.policies.updater import UpdaterConfig
-from resources.sim.workload import WorkloadConfig, generate_workload
 
 WORKLOAD = WorkloadConfig(rate=0.7, num_relqueries=25, seed=1)
 

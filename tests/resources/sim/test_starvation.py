@@ -9,13 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks.lib.workload import WorkloadConfig, generate_workload
 from resources.engine import Request
 from resources.sim import ApproxTokenizer, SimulatedEngine
 from resources.sim.policies import RelServeConfig, RelServePolicy, RelServeV1Policy
 from resources.sim.policies.base import ScheduleContext
 from resources.sim.policies.updater import UpdaterConfig, max_iteration_s
 from resources.sim.relquery import RelQuery
-from resources.sim.workload import WorkloadConfig, generate_workload
 from tests.resources.sim.helpers import IntTokenizer, prompt
 
 TOKENIZER = ApproxTokenizer()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.lib.workload import TEMPLATES, WorkloadConfig, generate_workload
 from llm_assets.data import movie_reviews
-from resources.sim.workload import TEMPLATES, WorkloadConfig, generate_workload
 
 
 def test_templates_are_the_papers_five() -> None:
