@@ -13,7 +13,8 @@ accepted:
 
 DuckDB compares identifiers case-insensitively (ASCII letters only, quoted or not): two
 columns of one table whose names differ only in that case (`review`, `Review`) cannot be told
-apart by any SQL, so the loader and the query binding refuse them (`case_twin`).
+apart by any SQL, so the loader and the query binding refuse them (`case_twin`, with
+`duckdb_fold` re-exported from `resources.duckdb_names`: DuckDB's rule, the warehouse's too).
 
 >>> render(column_node("r", "review content"))
 '"r"."review content"'
@@ -29,6 +30,9 @@ import re
 
 import sqlglot
 from sqlglot import exp
+
+from resources.duckdb_names import case_twin as case_twin
+from resources.duckdb_names import duckdb_fold as duckdb_fold
 
 DIALECT = "duckdb"
 MAX_NAME_CHARS = 128
@@ -74,38 +78,6 @@ def check_name(kind: str, name: object, problem=column_problem) -> str:
         shown = name if not isinstance(name, str) or len(name) <= 100 else name[:100] + "..."
         raise ValueError(f"{kind} {shown!r} is not accepted: {why}")
     return name
-
-
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-
-
-def duckdb_fold(name: str) -> str:
-    """`name` as DuckDB compares identifiers: ASCII letters lower-cased, the rest as it is
-    (DuckDB keeps `ä` and `Ä` apart)."""
-    return name.translate(_ASCII_LOWER)
-
-
-def case_twin(names, name: str | None = None) -> tuple[str, str] | None:
-    """The first two of `names` that DuckDB cannot tell apart (`duckdb_fold`), as (earlier,
-    later); with `name`, the first of `names` other than `name` that folds to it, as (name,
-    twin). None when there is none.
-
-    >>> case_twin(["id", "review", "Review"]), case_twin(["ä", "Ä"])
-    (('review', 'Review'), None)
-    >>> case_twin(["id", "review", "Review"], "Review")
-    ('Review', 'review')
-    """
-    names = [str(n) for n in names]
-    if name is not None:
-        key = duckdb_fold(name)
-        twin = next((n for n in names if n != name and duckdb_fold(n) == key), None)
-        return None if twin is None else (name, twin)
-    seen: dict[str, str] = {}
-    for n in names:
-        first = seen.setdefault(duckdb_fold(n), n)
-        if first != n:
-            return first, n
-    return None
 
 
 def identifier(name: str) -> exp.Identifier:

@@ -33,7 +33,7 @@ import pyarrow as pa
 from dagster._core.execution.context.output import RUN_ID_PLACEHOLDER
 from sqlglot import exp
 
-from llm_assets.sql_ast import case_twin, duckdb_fold
+from resources.duckdb_names import case_twin, duckdb_fold
 from resources.home import llm_assets_home
 
 VERSIONS = "_llm_assets_versions"
