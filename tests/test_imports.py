@@ -2,6 +2,7 @@
 the tokenizer libraries, Playwright): `pytest --doctest-modules` imports them all, and so may
 any user. Run in a fresh interpreter so nothing imported by other tests counts."""
 
+import ast
 import subprocess
 import sys
 
@@ -24,3 +25,61 @@ def test_no_module_imports_a_heavy_optional_dependency():
         [sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]", out.stdout
+
+
+ALLOWED_FROM_LLM_ASSETS = {"llm_assets.output_spec"}
+"""What `resources/` may import from `llm_assets` (issue 23 item 4): the module defining
+`OutputSpec`, the request's output constraint. Everything else points down, never up."""
+
+
+def llm_assets_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, module) of every import of an `llm_assets` module in `tree`, at any depth (a
+    lazy import inside a function counts), including `importlib.import_module("llm_assets...")`
+    and `__import__` with a literal name."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if node.module == "llm_assets":  # `from llm_assets import output_spec` names modules
+                found += [(node.lineno, f"llm_assets.{alias.name}") for alias in node.names]
+            else:
+                found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            first = node.args[0]
+            if name in ("import_module", "__import__") and isinstance(first, ast.Constant):
+                found.append((node.lineno, str(first.value)))
+    return [(line, m) for line, m in found if m == "llm_assets" or m.startswith("llm_assets.")]
+
+
+def test_resources_import_nothing_from_llm_assets_but_the_output_spec():
+    crossings = [
+        f"{path.relative_to(ROOT)}:{line}: {module}"
+        for path in sorted((ROOT / "resources").rglob("*.py"))
+        for line, module in llm_assets_imports(ast.parse(path.read_text(encoding="utf-8")))
+        if module not in ALLOWED_FROM_LLM_ASSETS
+    ]
+    assert crossings == [], "resources/ imports from llm_assets:\n" + "\n".join(crossings)
+
+
+def test_the_import_scan_sees_every_form():
+    source = (
+        "import llm_assets.query\n"
+        "from llm_assets import output_spec, sql\n"
+        "def lazy():\n"
+        "    from llm_assets.optimizer.metrics import phc\n"
+        "    importlib.import_module('llm_assets.data')\n"
+        "from llm_assets.output_spec import OutputSpec\n"
+        "from .llm_assets import nothing\n"
+        "import llm_assets_other\n"
+    )
+    assert sorted(llm_assets_imports(ast.parse(source))) == [
+        (1, "llm_assets.query"),
+        (2, "llm_assets.output_spec"),
+        (2, "llm_assets.sql"),
+        (4, "llm_assets.optimizer.metrics"),
+        (5, "llm_assets.data"),
+        (6, "llm_assets.output_spec"),
+    ]
