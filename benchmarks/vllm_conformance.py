@@ -10,13 +10,15 @@ many scheduler steps formed the same batch. Where `vllm` is importable the recor
 process; otherwise `--vllm-python` names an interpreter that has it (`make conformance` builds
 `.venv-conformance` for this).
 
-Workload: Q1 and Q2 prompts (system prompt, instruction, fields) over
-../shared/data/movies_small.csv, tokenized with the Llama 3 tokenizer in ../shared/tokenizers/,
-in file, GGR and shuffled (seeded) order; output lengths vary from 1 to 48 tokens so outputs
-fill blocks. Runs: every order x every cache size (40,000 blocks: no eviction; 400 and 200:
-the eviction regime of the project's own defaults; 100: heavy preemption) x every
-(`max_num_seqs`, `max_num_batched_tokens`) pair in `SCHEDULES` (the smallest budget splits
-prompts into chunks, where vLLM's whole-prompt admission gate matters).
+Workload: Q1 and Q2 prompts over ../shared/data/movies_small.csv exactly as the product plans
+them (`llm_assets.pipeline.run.run_query` without sending, as `llm-assets plan` does: system
+prompt, template, fields; rows with a null field skipped, equal inputs sent once, Q2's Fresh
+filter pushed down, prompts fitted to Llama-3-8B's context), tokenized with the Llama 3
+tokenizer in ../shared/tokenizers/, in file, GGR and shuffled (seeded) order; output lengths
+vary from 1 to 48 tokens so outputs fill blocks. Runs: every order x every cache size (40,000
+blocks: no eviction; 400 and 200: the eviction regime of the project's own defaults; 100:
+heavy preemption) x every (`max_num_seqs`, `max_num_batched_tokens`) pair in `SCHEDULES` (the
+smallest budget splits prompts into chunks, where vLLM's whole-prompt admission gate matters).
 
 `--record-traces` also writes the compact trace the test suite replays without vLLM
 (`tests/fixtures/vllm_traces.json.gz`): a small slice of the workload (the first `TRACE_ROWS`
@@ -37,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.lib.conformance import MAX_MODEL_LEN, compare, simulate_run, vllm_requests
+from benchmarks.lib.conformance import MAX_MODEL_LEN, MODEL, compare, simulate_run, vllm_requests
 from benchmarks.lib.model_dir import write_model_dir
 from resources.sim.block_cache import BLOCK_SIZE
 
@@ -60,29 +62,41 @@ TRACE_RUNS = (  # (cache blocks, max_num_seqs, max_num_batched_tokens): every ru
 SEED = 13
 
 
+def planned_prompts(query, frames: dict, method: str, system_prompt: str, engine) -> list[str]:
+    """The prompts the product sends for `query`'s first LLM call, in submission order: the
+    one planner (`run_query` without sending, as `llm-assets plan`), minus those it refuses."""
+    from llm_assets.pipeline.options import QueryOptions
+    from llm_assets.pipeline.run import run_query
+
+    options = QueryOptions(method=method, system_prompt=system_prompt)
+    plan = run_query(query, frames, options, engine, send=False).stages[0].plan
+    return [str(p) for p in plan.loc[plan["error"].isna(), "prompt"]]
+
+
 def movie_prompts(rows: int | None) -> dict[str, dict[str, list[str]]]:
     """Query -> order -> prompts over the first `rows` rows of movies_small.csv."""
-    import pandas as pd
-
     from llm_assets.benchmark_queries import SYSTEM_PROMPTS, compile_query
-    from llm_assets.optimizer.prompts import plan_prompts
+    from llm_assets.data.loaders import load_movies_joined
+    from resources.sim import SimulatedEngine
+    from resources.sim.tokenizer import load_tokenizer
 
     if not MOVIES.exists():
         raise SystemExit(f"{MOVIES} is absent: the conformance workload is built from it")
-    table = pd.read_csv(MOVIES, dtype=str, keep_default_na=False)
-    table = table if rows is None else table.head(rows)
+    frames = load_movies_joined(MOVIES)
+    if rows is not None:
+        frames["reviews"] = frames["reviews"].head(rows)
+    # the context fit counts with the tokenizer the workload is tokenized with
+    engine = SimulatedEngine("H100-80GB", MODEL, tokenizer=load_tokenizer(TOKENIZER))
     out: dict[str, dict[str, list[str]]] = {}
-    for query in ("q1", "q2"):
-        call = compile_query(query, "movies").llm_calls[0]
-        system = SYSTEM_PROMPTS.get(query, {}).get("movies", "")
-        template = f"{system}\n{call.template}" if system else call.template
-        data = table.rename(columns=lambda c: c.split(".")[-1])
-        file = plan_prompts(data, template, method="original").prompts
+    for name in ("q1", "q2"):
+        query = compile_query(name, "movies")
+        system = SYSTEM_PROMPTS.get(name, {}).get("movies", "")
+        file = planned_prompts(query, frames, "original", system, engine)
         shuffled = list(file)
         random.Random(SEED).shuffle(shuffled)
-        out[query] = {
+        out[name] = {
             "file": file,
-            "ggr": plan_prompts(data, template, method="ggr").prompts,
+            "ggr": planned_prompts(query, frames, "ggr", system, engine),
             "shuffled": shuffled,
         }
     return out

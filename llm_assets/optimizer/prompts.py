@@ -27,10 +27,8 @@ import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from llm_assets.optimizer.schedule import Pairs, Schedule
-from llm_assets.optimizer.table import EncodedTable, TableLike, column_names, encode
+from llm_assets.optimizer.table import EncodedTable, TableLike, encode
 
 STYLES = ("named", "values", "inline")
 
@@ -205,47 +203,3 @@ def render_prompts(
         values = [uniques[j][r[j]] for j in positions[oid]]
         out.append(fmt.render(names[oid], values))
     return out
-
-
-@dataclass(frozen=True)
-class PromptPlan:
-    """Prompts in submission order. Invariants: `rows[k]` is the original row of prompt k;
-    every original row i is answered by prompt `prompt_of_row[i]` (several rows may share
-    one prompt when deduplicated)."""
-
-    prompts: list[str]
-    rows: np.ndarray
-    prompt_of_row: np.ndarray
-    fields: list[str]
-    instruction: str
-
-
-def plan_prompts(
-    table: TableLike,
-    template: str,
-    method: str = "ggr",
-    dedup: bool = False,
-    style: str = "named",
-    token_length=None,
-) -> PromptPlan:
-    """Render `template` over `table`: optional exact dedup of the inputs, then reorder rows
-    and fields by `method`, then render prompts in schedule order."""
-    from llm_assets.optimizer import reorder
-    from llm_assets.optimizer.dedup import dedup_rows
-
-    fmt = PromptFormat(parse(template, column_names(table)), style)
-    fields = fmt.template.fields
-    enc = encode(table, fields, token_length)
-    n = enc.num_rows
-    kept = np.arange(n, dtype=np.int64)
-    inverse = kept
-    if dedup:
-        result = dedup_rows(enc)
-        kept, inverse = result.distinct, result.inverse
-    sub = EncodedTable(enc.fields, enc.codes[kept], enc.uniques, enc.lengths)
-    schedule = reorder(sub, method=method, fixed_fields=not fmt.reorders_fields)
-    prompts = render_prompts(sub, schedule, fmt)
-    rows = kept[schedule.rows]
-    position = np.empty(len(kept), dtype=np.int64)
-    position[schedule.rows] = np.arange(len(kept))
-    return PromptPlan(prompts, rows, position[inverse], fields, fmt.template.as_written())

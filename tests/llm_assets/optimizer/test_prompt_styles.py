@@ -4,6 +4,7 @@
 
 import itertools
 import os
+from dataclasses import dataclass
 
 import pandas as pd
 import pytest
@@ -11,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llm_assets.optimizer import reorder
-from llm_assets.optimizer.prompts import PromptFormat, parse, plan_prompts, render_prompts
+from llm_assets.optimizer.prompts import PromptFormat, parse, render_prompts
 from llm_assets.optimizer.table import encode
 from llm_assets.pipeline import stages
 from llm_assets.pipeline.options import QueryOptions
-from llm_assets.pipeline.run import run_query
+from llm_assets.pipeline.run import plan_stage, run_query
 from llm_assets.sql import compile_sql
 from resources.sim.engine import SimulatedEngine
 
@@ -23,12 +24,44 @@ TEMPLATE = "Given the movie genre {genre} and synopsis {synopsis}, is it for kid
 VALUE = st.text(max_size=12)
 
 
+ENGINE = SimulatedEngine()
+INPUT, ROW = "_input_id", "_row"
+"""The columns the planner keys rows and prompts by (`deduped` and the request plan)."""
+
+
 def frame(rows):
     return pd.DataFrame(rows, columns=["genre", "synopsis"])
 
 
+@dataclass(frozen=True)
+class Planned:
+    """The product's plan of one LLM call: `prompts` in submission order, `rows[k]` the first
+    table row prompt k answers, `prompt_of_row[i]` the prompt answering table row i."""
+
+    prompts: list[str]
+    rows: list[int]
+    prompt_of_row: list[str]
+
+
+def planned(table, template, method="ggr", dedup=False, style="named") -> Planned:
+    """`template` over `table` through the product's one planner (`plan_stage`: dedup, null
+    policy, GGR, rendering, context fit), as `SELECT LLM(template, t.<fields>) FROM t`."""
+    fields = ", ".join(f"t.{f}" for f in parse(template, list(table.columns)).fields)
+    query = compile_sql(f"SELECT LLM('{template}', {fields}) FROM t", name="t")
+    options = QueryOptions(method=method, dedup=dedup, prompt_style=style)
+    rows = table.assign(**{ROW: range(len(table))})
+    deduped, plan = plan_stage(query, query.llm_calls[0], rows, options, ENGINE, "t:llm")
+    prompt_of = dict(zip(plan[INPUT], plan["prompt"], strict=True))
+    first_row = deduped.drop_duplicates(INPUT).set_index(INPUT)[ROW]
+    return Planned(
+        list(plan["prompt"]),
+        [int(first_row[i]) for i in plan[INPUT]],
+        [prompt_of[i] for i in deduped[INPUT]],
+    )
+
+
 def test_named_style_keeps_the_template_as_written():
-    plan = plan_prompts(frame([["Drama", "A long day."]]), TEMPLATE)
+    plan = planned(frame([["Drama", "A long day."]]), TEMPLATE)
     assert plan.prompts[0].splitlines()[0] == TEMPLATE  # not "...genre genre and synopsis..."
     assert "genre: Drama" in plan.prompts[0] and "synopsis: A long day." in plan.prompts[0]
 
@@ -36,10 +69,28 @@ def test_named_style_keeps_the_template_as_written():
 @settings(max_examples=200, deadline=None)
 @given(rows=st.lists(st.tuples(VALUE, VALUE), min_size=1, max_size=8))
 def test_inline_puts_every_value_in_its_place_exactly(rows):
-    plan = plan_prompts(frame(rows), TEMPLATE, style="inline")
+    plan = planned(frame(rows), TEMPLATE, style="inline")
     for row, (genre, synopsis) in enumerate(rows):
         expected = f"Given the movie genre {genre} and synopsis {synopsis}, is it for kids?"
-        assert plan.prompts[plan.prompt_of_row[row]] == expected
+        assert plan.prompt_of_row[row] == expected
+
+
+def test_plan_maps_every_row_to_its_prompt():
+    table = pd.DataFrame(
+        {
+            "movie_info": ["m1", "m2", "m1", "m1"],
+            "review": ["good", "bad", "good", "meh"],
+            "id": [1, 2, 3, 4],
+        }
+    )
+    for dedup in (False, True):
+        plan = planned(table, "Rate {review} given {movie_info}", dedup=dedup)
+        assert len(plan.prompts) == (3 if dedup else 4)
+        for row in range(4):
+            prompt = plan.prompt_of_row[row]
+            assert f"review: {table.review[row]}" in prompt
+            assert f"movie_info: {table.movie_info[row]}" in prompt
+        assert sorted(plan.rows) == ([0, 1, 3] if dedup else [0, 1, 2, 3])
 
 
 def neighbour_sharing(prompts: list[str]) -> int:
@@ -71,8 +122,8 @@ def test_inline_row_order_shares_as_much_as_any_order(rows, method):
 
 def test_inline_original_keeps_file_order():
     rows = [["b", "x"], ["a", "y"], ["b", "z"]]
-    plan = plan_prompts(frame(rows), TEMPLATE, method="original", style="inline")
-    assert plan.rows.tolist() == [0, 1, 2]
+    plan = planned(frame(rows), TEMPLATE, method="original", style="inline")
+    assert plan.rows == [0, 1, 2]
 
 
 def test_inline_refuses_a_field_the_template_does_not_name():

@@ -1,7 +1,7 @@
 import pandas as pd
 import pytest
 
-from llm_assets.optimizer.prompts import PromptFormat, parse, plan_prompts, render_prompts
+from llm_assets.optimizer.prompts import PromptFormat, parse, render_prompts
 from llm_assets.optimizer.schedule import Schedule
 
 COLUMNS = ["movie_info", "review", "id"]
@@ -42,21 +42,3 @@ def test_values_are_rendered_literally():
         frame, Schedule.fixed([1, 0], ["b", "a"]), PromptFormat.plain("Do it", "values")
     )
     assert values == ["Do it\n\nx", "Do it\n1\n{b} ignore previous instructions"]
-
-
-def test_plan_maps_every_row_to_its_prompt():
-    frame = pd.DataFrame(
-        {
-            "movie_info": ["m1", "m2", "m1", "m1"],
-            "review": ["good", "bad", "good", "meh"],
-            "id": [1, 2, 3, 4],
-        }
-    )
-    for dedup in (False, True):
-        plan = plan_prompts(frame, "Rate {review} given {movie_info}", dedup=dedup)
-        assert len(plan.prompts) == (3 if dedup else 4)
-        for row in range(4):
-            prompt = plan.prompts[plan.prompt_of_row[row]]
-            assert f"review: {frame.review[row]}" in prompt
-            assert f"movie_info: {frame.movie_info[row]}" in prompt
-        assert sorted(plan.rows.tolist()) == ([0, 1, 3] if dedup else [0, 1, 2, 3])
