@@ -53,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 DISPOSITIONS = ROOT / "benchmarks" / "mutation_survivors.toml"
 RUNS_LOG = MUTANTS_DIR / "mutation-runs.json"
+PREVIOUS = RESULTS / "mutation.json"
 CONFIRMED = MUTANTS_DIR / "confirmed.json"
 MUTMUT = Path(sys.executable).with_name("mutmut")
 DETECTED = ("killed", "timeout")
@@ -88,13 +89,22 @@ def _area(mutant: Mutant) -> str | None:
 
 
 def select(
-    mutants: list[Mutant], *, critical: bool, per_package: int, seed: int, areas: list[str]
+    mutants: list[Mutant],
+    *,
+    critical: bool,
+    per_package: int,
+    seed: int,
+    areas: list[str],
+    packages: list[str] | None = None,
 ) -> list[str]:
+    """The mutants a run covers: the critical areas (or those in `areas`) in full, and the
+    seeded sample of `per_package` per package, of the packages in `packages` (default all)."""
     names: set[str] = set()
     if critical:
         names |= {m.name for m in mutants if _area(m) in (areas or CRITICAL)}
     if per_package:
-        names |= set(sample([m.name for m in mutants], per_package, seed))
+        drawn = sample([m.name for m in mutants], per_package, seed)
+        names |= {n for n in drawn if packages is None or package_of(n) in packages}
     return sorted(names)
 
 
@@ -115,6 +125,7 @@ def run(args: argparse.Namespace) -> None:
                 per_package=args.sample,
                 seed=args.seed,
                 areas=args.area,
+                packages=args.package,
             )
         )
         equivalent = {n for n, d in dispositions().items() if "equivalent" in d}
@@ -217,7 +228,21 @@ def _counts(mutants: list[Mutant]) -> dict:
     }
 
 
+def _survivor(m: Mutant, known: dict[str, dict[str, str]]) -> dict[str, str | None]:
+    disposition = known.get(m.name, {})
+    return {
+        "name": m.name,
+        "status": m.status,
+        "diff": diff(m),
+        "equivalent": disposition.get("equivalent"),
+        "killed_by": disposition.get("killed_by"),
+    }
+
+
 def report(args: argparse.Namespace) -> None:
+    """Write the results. A package or critical area without any verdict in `mutants/` (not
+    run on this commit) keeps the figures of the previous report, with the commit they were
+    measured on, so a run of some packages does not erase the others."""
     os.chdir(ROOT)
     confirmed = json.loads(CONFIRMED.read_text()) if CONFIRMED.exists() else {}
     if args.commit is None:
@@ -231,14 +256,31 @@ def report(args: argparse.Namespace) -> None:
         for m in load_mutants()
     ]
     known = dispositions()
+    previous = json.loads(PREVIOUS.read_text()) if PREVIOUS.exists() else {}
     in_sample = set(sample([m.name for m in mutants], args.sample, args.seed))
     packages = {}
     for package in PACKAGES:
         mine = [m for m in mutants if package_of(m.name) == package]
+        if not any(m.status != "not checked" for m in mine) and package in previous.get(
+            "packages", {}
+        ):
+            # not run on this commit: the figures measured before, with the commit they are of
+            old = previous["packages"][package]
+            packages[package] = {
+                **old,
+                "measured_on": old.get("measured_on", previous["source_commit"]),
+            }
+            continue
         packages[package] = {
             "all_mutants": len(mine),
+            "measured_on": args.commit,
             "sample": _counts([m for m in mine if m.name in in_sample]),
             "every_checked_mutant": _counts([m for m in mine if m.status != "not checked"]),
+            "survivors": [
+                _survivor(m, known)
+                for m in mine
+                if m.name in in_sample and m.status not in (*DETECTED, "not checked")
+            ],
         }
     areas: dict[str, dict] = {}
     for m in mutants:
@@ -248,27 +290,28 @@ def report(args: argparse.Namespace) -> None:
         entry = areas.setdefault(area, {"mutants": [], "survivors": []})
         entry["mutants"].append(m)
         if m.status not in (*DETECTED, "not checked"):
-            disposition = known.get(m.name, {})
-            entry["survivors"].append(
-                {
-                    "name": m.name,
-                    "status": m.status,
-                    "diff": diff(m),
-                    "equivalent": disposition.get("equivalent"),
-                    "killed_by": disposition.get("killed_by"),
-                }
-            )
+            entry["survivors"].append(_survivor(m, known))
+    critical_areas = {
+        area: {**_counts(e["mutants"]), "measured_on": args.commit, "survivors": e["survivors"]}
+        for area, e in sorted(areas.items())
+        if any(m.status != "not checked" for m in e["mutants"])
+    }
+    for area, old in previous.get("critical_areas", {}).items():
+        if area not in critical_areas:
+            measured_on = old.get("measured_on", previous["source_commit"])
+            critical_areas[area] = {**old, "measured_on": measured_on}
+    runs = json.loads(RUNS_LOG.read_text()) if RUNS_LOG.exists() else []
+    earlier = [r for r in previous.get("runs", []) if r not in runs]
+    for r in earlier:
+        r.setdefault("commit", previous["source_commit"])
     killed_by_new_tests = {n: d["killed_by"] for n, d in known.items() if "killed_by" in d}
     result = {
         "tool": f"mutmut {version('mutmut')}",
         "source_commit": args.commit,
         "sample": {"per_package": args.sample, "seed": args.seed},
-        "runs": json.loads(RUNS_LOG.read_text()) if RUNS_LOG.exists() else [],
+        "runs": earlier + runs,
         "packages": packages,
-        "critical_areas": {
-            area: {**_counts(e["mutants"]), "survivors": e["survivors"]}
-            for area, e in sorted(areas.items())
-        },
+        "critical_areas": dict(sorted(critical_areas.items())),
         "killed_by_new_tests": killed_by_new_tests,
         "confirmed_by_direct_run": confirmed,
     }
@@ -304,10 +347,11 @@ def markdown(r: dict) -> str:
         "",
         "## Runs",
         "",
-        "| command | mutants | wall s | finished (UTC) |",
-        "|---|---|---|---|",
+        "| command | commit | mutants | wall s | finished (UTC) |",
+        "|---|---|---|---|---|",
         *[
-            f"| `{' '.join(x['argv'])}` | {x['mutants']} | {x['wall_s']} | {x['finished']} |"
+            f"| `{' '.join(x['argv'])}` | {x.get('commit', r['source_commit'])} | "
+            f"{x['mutants']} | {x['wall_s']} | {x['finished']} |"
             for x in r["runs"]
         ],
         "",
@@ -316,7 +360,10 @@ def markdown(r: dict) -> str:
         "",
         "| package " + head,
         rule,
-        *[_row(f"{p} (of {v['all_mutants']})", v["sample"]) for p, v in r["packages"].items()],
+        *[
+            _row(f"{p} (of {v['all_mutants']}; {v['measured_on']})", v["sample"])
+            for p, v in r["packages"].items()
+        ],
         "",
         "Every mutant with a verdict (sample and critical areas together; biased towards the "
         "critical areas):",
@@ -329,14 +376,18 @@ def markdown(r: dict) -> str:
         "",
         "| area " + head,
         rule,
-        *[_row(a, v) for a, v in r["critical_areas"].items()],
+        *[_row(f"{a} ({v['measured_on']})", v) for a, v in r["critical_areas"].items()],
         "",
     ]
-    for area, v in r["critical_areas"].items():
-        out += [f"### Survivors: {area}", ""]
-        if not v["survivors"]:
+    sections = [(f"critical area {a}", v["survivors"]) for a, v in r["critical_areas"].items()]
+    sections += [
+        (f"sample of {p}", v["survivors"]) for p, v in r["packages"].items() if "survivors" in v
+    ]
+    for title, survivors in sections:
+        out += [f"### Survivors: {title}", ""]
+        if not survivors:
             out += ["None.", ""]
-        for s in v["survivors"]:
+        for s in survivors:
             if s["equivalent"]:
                 why = f"equivalent: {s['equivalent']}"
             elif s["killed_by"]:
@@ -367,6 +418,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     r.add_argument("--rerun", action="store_true", help="also mutants that have a verdict")
     r.add_argument("--survivors", action="store_true", help="also survivors not shown equivalent")
+    r.add_argument(
+        "--package", action="append", choices=list(PACKAGES), help="with --sample: only these"
+    )
     r.add_argument("--max-children", type=int, default=2)
     sub.choices["report"].add_argument(
         "--commit", default=None, help="the source commit measured (default: HEAD)"

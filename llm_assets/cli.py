@@ -349,7 +349,7 @@ def run_command(query_path, tables, method, out, cache, chunk_size, **switches):
     (rows, requests, token hit rate, engine time, cost) as one JSON object on stdout."""
     from llm_assets.data.writers import write_table
     from llm_assets.pipeline.run import run_query
-    from llm_assets.pipeline.stages import answer_records
+    from llm_assets.pipeline.results import answer_records
     from resources.response_cache import CacheLockTimeout
     from resources.runner import TooManyErrors
 
@@ -429,7 +429,9 @@ def plan_command(query_path, tables, methods, as_json, **switches):
     engine (tokens, token hit rate, simulated engine time, cost), as a table (one row per
     method) or one JSON object with --json. Nothing reaches a real engine; `--engine` other
     than sim is refused."""
-    from llm_assets.pipeline import stages
+    from llm_assets.pipeline.plan import first_prompt
+    from llm_assets.pipeline.rows import INPUT
+    from llm_assets.pipeline.send import requests_from_plan
     from llm_assets.pipeline.run import run_query
 
     switches = Switches(**switches)
@@ -448,12 +450,12 @@ def plan_command(query_path, tables, methods, as_json, **switches):
         if planned.filter_order is not None and "llm_filter_order" not in report:
             report["llm_filter_order"] = planned.filter_order.report()
         stage = planned.stages[0]
-        requests = stages.requests_from_plan(stage.plan, stage.call, options.max_tokens)
+        requests = requests_from_plan(stage.plan, stage.call, options.max_tokens)
         result = sim.run(f"{query.name}:plan", requests)
         report["methods"][method] = {
-            "rows_to_first_llm": int((stage.deduped[stages.INPUT] >= 0).sum()),
+            "rows_to_first_llm": int((stage.deduped[INPUT] >= 0).sum()),
             **stats_report(result.stats, sim, time.perf_counter() - started),
-            "first_prompt": stages.first_prompt(stage.plan),
+            "first_prompt": first_prompt(stage.plan),
         }
     click.echo(json.dumps(report) if as_json else plan_table(report))
 

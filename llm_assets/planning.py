@@ -101,11 +101,21 @@ def order_llm_filters(query: LLMQuery, estimates: Mapping[str, tuple[float, floa
     unknown = sorted(set(estimates) - set(calls))
     if unknown:
         raise ValueError(f"estimates name unknown LLM calls {unknown}; calls: {list(calls)}")
-    order = cheapest_first(filter_calls(query), estimates)
-    rest = [name for name in calls if name not in order]
+    return in_order(query, cheapest_first(filter_calls(query), estimates))
+
+
+def in_order(query: LLMQuery, first: Sequence[str]) -> LLMQuery:
+    """`query` with the LLM calls named in `first` run first, in that order, then the other
+    calls as written (the order a run chose, e.g. the `llm_filter_order` asset's `call`
+    column); its LLM filters follow their calls. Unknown names are a ValueError."""
+    calls = {c.name: c for c in query.llm_calls}
+    unknown = [n for n in first if n not in calls]
+    if unknown:
+        raise ValueError(f"unknown LLM calls {unknown} in the run order; calls: {list(calls)}")
+    order = (*first, *(n for n in calls if n not in first))
     position = {name: i for i, name in enumerate(order)}
     return replace(
         query,
-        llm_calls=tuple(calls[n] for n in (*order, *rest)),
+        llm_calls=tuple(calls[n] for n in order),
         llm_filters=tuple(sorted(query.llm_filters, key=lambda f: position[f.call_name])),
     )

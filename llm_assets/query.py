@@ -1,20 +1,22 @@
 """The LLM query model: sources, an inner equi-join, non-LLM predicates, LLM stages, post-ops.
 
 An `LLMQuery` is pure data (frozen dataclasses, no Dagster, no I/O) that the asset layer runs
-stage by stage (DESIGN.md sections 1 and 4, "Filter pushdown"):
+stage by stage (DESIGN.md sections 1 and 4, "Filter pushdown"); `llm_assets.query_sql`
+renders its SQL:
 
-1. **pre-LLM relation** (`pre_llm_sql`): the join of the sources in DuckDB, selecting every
-   base column a later stage reads (`columns_needed`) under an unambiguous output name
-   (`output_names`); with `pushdown=True` every non-LLM predicate runs here, in WHERE.
+1. **pre-LLM relation** (`query_sql.pre_llm_sql`): the join of the sources in DuckDB,
+   selecting every base column a later stage reads (`columns_needed`) under an unambiguous
+   output name (`output_names`); with `pushdown=True` every non-LLM predicate runs here, in WHERE.
 2. **retrievals**: each `Retrieval` adds a column holding the k nearest values of its corpus
-   column (`corpus_sql`) to the row's query column.
+   column (`query_sql.corpus_sql`) to the row's query column.
 3. **LLM calls**, in the order of `llm_calls`; every `LLMFilter` on a call applies right after
    that call, before any later call runs (so later calls see only the rows that passed).
-4. **post-LLM predicates** (`post_llm_predicates`): with `pushdown=False` the non-LLM predicates
-   run here instead, as SQL over the output names. Predicates and LLM filters are a conjunction,
-   so the final rows are the same either way; only the number of LLM calls differs.
+4. **post-LLM predicates** (`query_sql.post_llm_predicates`): with `pushdown=False` the
+   non-LLM predicates run here instead, as SQL over the output names. Predicates and LLM
+   filters are a conjunction, so the final rows are the same either way; only the number of
+   LLM calls differs.
 5. **aggregate** (if any), last, over the rows that passed and were answered; without GROUP
-   BY it is one row (`aggregate_sql`). Then the `projection`.
+   BY it is one row (`query_sql.aggregate_sql`). Then the `projection`.
 
 Columns are written qualified, `alias.column` (e.g. `r.review_content`); LLM calls, retrievals
 and the aggregate are named by their output column (`llm_1`, `context`, `avg_score`).
@@ -33,19 +35,6 @@ and the aggregate are named by their output column (`llm_1`, `context`, `avg_sco
 ... )
 >>> q.columns_needed()
 ('m.title', 'm.info', 'r.text', 'r.kind')
->>> print(q.pre_llm_sql(pushdown=True))
-SELECT
-  "m"."title" AS "title",
-  "m"."info" AS "info",
-  "r"."text" AS "text",
-  "r"."kind" AS "kind"
-FROM "reviews" AS "r"
-JOIN "movies" AS "m"
-  ON "r"."link" = "m"."link"
-WHERE
-  "r"."kind" = 'Fresh'
->>> print(*q.post_llm_predicates(pushdown=False))
-"kind" = 'Fresh'
 """
 
 from __future__ import annotations
@@ -66,14 +55,13 @@ from llm_assets.sql_ast import (
     output_problem,
     parse_condition,
     render,
-    table,
     table_problem,
 )
 
 AGGREGATE_FUNCTIONS: tuple[str, ...] = ("AVG", "SUM", "COUNT", "MIN", "MAX")
 FILTER_OPS: tuple[str, ...] = ("=", "!=")
 SOURCE_ROW = "_src_row"
-"""The row-number column a caller adds to each source relation (see `pre_llm_sql`)."""
+"""The row-number column a caller adds to each source relation (see `query_sql.pre_llm_sql`)."""
 NAME_SEPARATOR = "__"
 """Joins alias and column in an output name when the bare column name is ambiguous (`m__title`)."""
 
@@ -261,7 +249,7 @@ class Retrieval:
     """How many nearest values to retrieve (> 0)."""
     corpus_column: str
     """Qualified column whose distinct values (over the whole source table, before any
-    predicate) form the corpus, e.g. `s.context`; see `LLMQuery.corpus_sql`."""
+    predicate) form the corpus, e.g. `s.context`; see `query_sql.corpus_sql`."""
 
     def __post_init__(self) -> None:
         check_name("retrieval name", self.name, output_problem)
@@ -453,13 +441,13 @@ class LLMQuery:
                         f"join {j.sql()} names unknown alias {alias!r}; sources: {aliases}"
                     )
         for i, alias in enumerate(aliases[1:], start=1):
-            if not self._joins_for(i):
+            if not self.joins_for(i):
                 raise ValueError(
                     f"source {alias!r} is not joined to any of {aliases[:i]}; "
                     f"add a join condition (cross joins are not supported)"
                 )
 
-    def _joins_for(self, i: int) -> list[Join]:
+    def joins_for(self, i: int) -> list[Join]:
         """The join conditions that attach source i to sources 0..i-1."""
         alias = self.sources[i].alias
         earlier = {s.alias for s in self.sources[:i]}
@@ -523,7 +511,7 @@ class LLMQuery:
     def columns_needed(self) -> tuple[str, ...]:
         """Every qualified base column a stage reads per row (each once, in order of first
         mention: projection, group-by, retrieval queries, LLM fields, predicates). Corpus
-        columns are not per-row inputs: read them with `corpus_sql`."""
+        columns are not per-row inputs: read them with `query_sql.corpus_sql`."""
         return tuple(dict.fromkeys(self._base_columns()))
 
     def stage_outputs(self) -> tuple[str, ...]:
@@ -568,133 +556,6 @@ class LLMQuery:
         LLM call, retrieval and aggregate names as they are)."""
         names = self.output_names()
         return tuple(names.get(p, p) for p in self.projection)
-
-    # ---- SQL -----------------------------------------------------------------------------
-
-    def _table(self, source: Source, tables: Mapping[str, str] | None) -> exp.Table:
-        return table((tables or {}).get(source.table, source.table), source.alias)
-
-    def _from_clauses(self, tables: Mapping[str, str] | None) -> list[exp.Expression]:
-        """`FROM first AS a` and one `JOIN ... ON ...` per later source, as sqlglot nodes."""
-        clauses: list[exp.Expression] = [exp.From(this=self._table(self.sources[0], tables))]
-        for i, source in enumerate(self.sources[1:], start=1):
-            on = exp.and_(*(j.condition() for j in self._joins_for(i)))
-            clauses.append(exp.Join(this=self._table(source, tables), on=on))
-        return clauses
-
-    def from_sql(self, tables: Mapping[str, str] | None = None) -> str:
-        """`FROM a AS x` then one `JOIN b AS y ON ...` line per later source; `tables` maps a
-        table name to a DuckDB relation name."""
-        return "\n".join(render(clause) for clause in self._from_clauses(tables))
-
-    def pre_llm_select(
-        self,
-        pushdown: bool,
-        tables: Mapping[str, str] | None = None,
-        source_row_columns: Mapping[str, str] | None = None,
-    ) -> exp.Select:
-        """The sqlglot tree of `pre_llm_sql` (same arguments)."""
-        names = self.output_names()
-        items = [
-            column_node(*split_column(c)).as_(identifier(names[c])) for c in self.columns_needed()
-        ]
-        aliases = [s.alias for s in self.sources]
-        for alias, name in (source_row_columns or {}).items():
-            if alias not in aliases:
-                raise ValueError(f"source_row_columns names unknown alias {alias!r}: {aliases}")
-            check_name("source row column", name, output_problem)
-            items.append(column_node(alias, SOURCE_ROW).as_(identifier(name)))
-        first, *joins = self._from_clauses(tables)
-        select = exp.Select(expressions=items, joins=joins)
-        select.set("from_", first)
-        if pushdown and self.predicates:
-            select = select.where(exp.and_(*(p.expression() for p in self.predicates)))
-        return select
-
-    def pre_llm_sql(
-        self,
-        pushdown: bool,
-        tables: Mapping[str, str] | None = None,
-        source_row_columns: Mapping[str, str] | None = None,
-    ) -> str:
-        """The DuckDB SELECT producing the relation the first stage runs over.
-
-        It joins the sources and selects `columns_needed()` under `output_names()`; with
-        `pushdown` every predicate is in WHERE, without it none is (run
-        `post_llm_predicates(False)` after the LLM stages). Table names are used as written
-        unless `tables` maps them to other DuckDB relation names. `source_row_columns`
-        (alias -> output name) also selects each named source's `SOURCE_ROW` column (its
-        row number, which the caller adds to the relation) under that name. Rendered from
-        the sqlglot tree, every identifier quoted. Row order is unspecified.
-        """
-        return render(self.pre_llm_select(pushdown, tables, source_row_columns), pretty=True)
-
-    def post_llm_predicates(self, pushdown: bool) -> tuple[str, ...]:
-        """The predicates still to run after the LLM stages (and before the aggregate), as
-        DuckDB SQL over output names: none with `pushdown`, all of them without."""
-        if pushdown:
-            return ()
-        names = self.output_names()
-        return tuple(p.rename(names) for p in self.predicates)
-
-    def aggregate_select(self, relation: str) -> exp.Select:
-        """The sqlglot tree of `aggregate_sql` (same argument)."""
-        agg = self.aggregate
-        if agg is None:
-            raise ValueError(f"query {self.name!r} has no aggregate")
-        names = self.output_names()
-        by_alias = {a.alias: a for a in agg.items}
-        items = [
-            by_alias[p].expression() if p in by_alias else exp.column(identifier(names[p]))
-            for p in self.projection
-        ]
-        select = exp.select(*items).from_(table(relation))
-        if agg.group_by:
-            groups = [exp.column(identifier(names[g])) for g in agg.group_by]
-            select = select.group_by(*groups).order_by(
-                *(exp.Ordered(this=g.copy(), nulls_first=False) for g in groups)
-            )
-        return select
-
-    def aggregate_sql(self, relation: str) -> str:
-        """The DuckDB SELECT computing the aggregate over `relation`, a table of the rows that
-        reach it with the group-by columns under `output_names()` and each aggregated call's
-        answers under the call's name (as numbers for AVG/SUM/MIN/MAX: `AggregateItem.numeric`).
-
-        It selects the projection in order; with GROUP BY, one row per group, ordered by the
-        group-by columns (nulls last, null keys forming one group); without GROUP BY, exactly
-        one row, also when `relation` is empty. Rendered from the sqlglot tree.
-
-        >>> from llm_assets.output_spec import OutputSpec
-        >>> q = LLMQuery(
-        ...     name="q", sources=(Source("r", "reviews"),),
-        ...     llm_calls=(LLMCall("llm_1", "Stars {review}", ("r.review",),
-        ...                        OutputSpec.number(1, 5), max_tokens=3),),
-        ...     projection=("n", "avg_llm_1"),
-        ...     aggregate=Aggregate((), (AggregateItem("COUNT", None, "n"),
-        ...                              AggregateItem("AVG", "llm_1", "avg_llm_1"))))
-        >>> print(q.aggregate_sql("_rows"))
-        SELECT COUNT(*) AS "n", AVG("llm_1") AS "avg_llm_1" FROM "_rows"
-        """
-        return render(self.aggregate_select(relation))
-
-    def corpus_sql(self, retrieval: str, tables: Mapping[str, str] | None = None) -> str:
-        """The DuckDB SELECT of a retrieval's corpus: the distinct non-null values of its corpus
-        column over the whole source table (predicates do not shrink the corpus), as `value`."""
-        by_name = {r.name: r for r in self.retrievals}
-        if retrieval not in by_name:
-            raise ValueError(f"unknown retrieval {retrieval!r}; known: {list(by_name)}")
-        alias, name = split_column(by_name[retrieval].corpus_column)
-        source = next(s for s in self.sources if s.alias == alias)
-        value = column_node(alias, name)
-        select = (
-            exp.select(value.as_(identifier("value")))
-            .distinct()
-            .from_(self._table(source, tables))
-            .where(exp.Not(this=exp.Is(this=value.copy(), expression=exp.null())))
-            .order_by(exp.column(identifier("value")))
-        )
-        return render(select)
 
     def filters_for(self, call_name: str) -> tuple[LLMFilter, ...]:
         """The LLM filters that apply right after `call_name`."""

@@ -64,19 +64,15 @@ PLAN_FORCED = Patch(
 )
 ACCOUNTING_FORCED = Patch(
     CHECKS,
-    "return _result(accounting_problems(result, base), **stages.accounting(result))",
-    "return _result([], **stages.accounting(result))",
+    "return _result(problems, **accounting(result))",
+    "return _result([], **accounting(result))",
 )
 RAISE_REMOVED = Patch(
-    "llm_assets/assets/builders.py",
-    "        raise_if_too_many_errors(sent, options.max_error_rate)\n        return outputs",
-    "        return outputs",
-)
-RUN_RAISE_REMOVED = Patch(
-    "llm_assets/pipeline/run.py",
-    "        raise_if_too_many_errors(sent, options.max_error_rate)\n",
+    "llm_assets/pipeline/send.py",
+    "    raise_if_too_many_errors(outcome, options.max_error_rate)\n",
     "",
 )
+"""The one stage runner (`send_stage`) that the asset and the CLI path both call."""
 CHECK_TESTS = (
     "tests/llm_assets/assets/test_checks.py",
     "tests/llm_assets/assets/test_check_wrappers.py",
@@ -108,15 +104,15 @@ BREAKAGES: tuple[Breakage, ...] = (
     ),
     Breakage(
         "asset-raise-removed",
-        "llm_outputs no longer raises TooManyErrors over max_error_rate",
+        "send_stage no longer raises TooManyErrors over max_error_rate (the llm_outputs asset)",
         (RAISE_REMOVED,),
         CHECK_TESTS,
         part_of=ROW1,
     ),
     Breakage(
         "run-raise-removed",
-        "llm_assets.pipeline.run (the CLI path) no longer raises over max_error_rate",
-        (RUN_RAISE_REMOVED,),
+        "send_stage no longer raises over max_error_rate (the CLI path, run_query)",
+        (RAISE_REMOVED,),
         ("tests/llm_assets/pipeline/test_run_errors.py",),
         part_of=ROW1,
     ),

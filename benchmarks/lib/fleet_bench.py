@@ -175,9 +175,9 @@ def plan_table(name: str, rows: int, seed: int = 0) -> PlannedTable:
     """Plan table `name` (one of `TABLES`) at `rows` rows with the product's planner."""
     from llm_assets.benchmark_queries import SYSTEM_PROMPTS, compile_query
     from llm_assets.data import generate, load_movies_joined
-    from llm_assets.pipeline import stages
     from llm_assets.pipeline.options import QueryOptions
     from llm_assets.pipeline.run import run_query
+    from llm_assets.pipeline.send import requests_from_plan
     from llm_assets.sql import compile_sql
     from resources.sim.engine import SimulatedEngine
 
@@ -210,7 +210,7 @@ def plan_table(name: str, rows: int, seed: int = 0) -> PlannedTable:
     options = QueryOptions(system_prompt=system)  # dedup + GGR (the defaults)
     run = run_query(query, tables, options, engine, send=False)
     stage = run.stages[0]
-    requests = stages.requests_from_plan(stage.plan, stage.call)
+    requests = requests_from_plan(stage.plan, stage.call)
     if not requests:
         raise ValueError(f"table {name!r} at {rows} rows planned no request")
     tokens = [engine.count_tokens(r.prompt) for r in requests]

@@ -16,12 +16,16 @@ import pandas as pd
 from llm_assets.assets import checks
 from llm_assets.assets.definition import QueryDefinition
 from llm_assets.assets.tracking import log_llm_run
-from llm_assets.pipeline import stages
+from llm_assets.pipeline.filtering import run_filtered
 from llm_assets.pipeline.options import QueryOptions
-from llm_assets.pipeline.run import call_max_tokens, plan_stage, retrieve
+from llm_assets.pipeline.plan import first_prompt, plan_stage, relquery_id
+from llm_assets.pipeline.results import accounting, row_counts, run_answer, run_result
+from llm_assets.pipeline.retrieval import retrieve
+from llm_assets.pipeline.rows import INPUT, SKIP, stage_input
+from llm_assets.pipeline.send import send_stage
 from llm_assets.pipeline.typecheck import check_predicates
 from llm_assets.query import LLMCall
-from resources.runner import raise_if_too_many_errors, run_requests
+from llm_assets.query_sql import pre_llm_sql
 
 COMMON = {"options", "gx"}
 
@@ -142,11 +146,11 @@ def filtered_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
         by_table = {t: frames[_arg(t)] for t in tables}
         try:  # a landed file or an asset: checked here, one line
             check_predicates(qdef.query, by_table)
-            out = stages.run_filtered(qdef.query, by_table, options.pushdown)
+            out = run_filtered(qdef.query, by_table, options.pushdown)
         except ValueError as exc:
             raise dg.Failure(str(exc)) from None
-        sql = qdef.query.pre_llm_sql(options.pushdown)
-        kept = int(out[stages.SKIP].isna().sum())
+        sql = pre_llm_sql(qdef.query, options.pushdown)
+        kept = int(out[SKIP].isna().sum())
         yield dg.Output(
             out,
             metadata={
@@ -201,7 +205,7 @@ def retrieved_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
 def filter_order_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
     """Several LLM filters run cheapest first: each is sent a seeded sample of the rows, and
     they are ordered by tokens per row / (1 - share kept) (`llm_assets.planning`)."""
-    from llm_assets.pipeline.run import estimate_filter_order
+    from llm_assets.pipeline.filter_order import estimate_filter_order
 
     @dg.asset(
         key=qdef.key(ORDER),
@@ -273,12 +277,10 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
     def plan(context: dg.AssetExecutionContext, **ins):
         options = _options(context, qdef)
         engine = getattr(context.resources, engine_key).engine
-        rows = stages.stage_input(ins["base"], qdef.query, _previous(qdef, k, ins))
+        rows = stage_input(ins["base"], qdef.query, _previous(qdef, k, ins))
         started = time.perf_counter()
-        this = _calls(qdef, ins)[k]
-        relquery = f"{qdef.name}:{this.name}"
-        deduped, planned = plan_stage(qdef.query, this, rows, options, engine, relquery)
-        live = deduped[deduped[stages.INPUT] >= 0]
+        deduped, planned = plan_stage(qdef.query, _calls(qdef, ins)[k], rows, options, engine)
+        live = deduped[deduped[INPUT] >= 0]
         yield dg.Output(
             deduped,
             output_name="deduped",
@@ -299,7 +301,7 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
                 "truncated": int(planned["truncated"].sum()),
                 "too_long": int(planned["error"].notna().sum()),
                 "prompt_style": options.prompt_style,
-                "first_prompt": dg.MetadataValue.text(stages.first_prompt(planned) or ""),
+                "first_prompt": dg.MetadataValue.text(first_prompt(planned) or ""),
             },
         )
 
@@ -324,51 +326,44 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
         options = _options(context, qdef)
         engine_resource = getattr(context.resources, engine_key)
         this = _calls(qdef, order)[k]
-        relquery = f"{qdef.name}:{this.name}"
-        requests = stages.requests_from_plan(plan, this, call_max_tokens(this, options))
+        relquery = relquery_id(qdef.query, this)
         started = time.perf_counter()
         cache = context.resources.response_cache.cache()
-        # Chunks exist to commit progress to the cache; without one, one batch keeps the
-        # engine's batches full (chunk boundaries drain the engine).
-        chunk = options.chunk_size if cache.enabled else max(1, len(requests))
-        context.log.info(f"{relquery}: {len(requests):,} requests (chunks of {chunk:,})")
+        context.log.info(f"{relquery}: {int(plan['error'].isna().sum()):,} requests to send")
 
         def progress(done: int, total: int) -> None:
             context.log.info(f"{relquery}: {done:,}/{total:,} requests done")
 
-        sent = run_requests(
+        def report(outputs: pd.DataFrame, sent) -> None:
+            """Metrics and the MLflow run, also for a stage that then fails its error guard
+            (answered requests are in the response cache: a rerun sends the rest)."""
+            live = deduped[deduped[INPUT] >= 0]
+            metrics = {
+                "wall_time_s": time.perf_counter() - started,
+                "rows_to_llm": len(live),
+                "dedup_ratio": len(plan) / len(live) if len(live) else 1.0,
+                "errors": int(outputs["error"].notna().sum()),
+                "spec_violations": int(outputs["violation"].notna().sum()),
+                "cache_hits": sent.cache_hits,
+                "requests_sent": sent.sent,
+                **row_counts(deduped, outputs),
+            }
+            data = qdef.data_label(_partitions(context))
+            meta = log_llm_run(
+                context, qdef, options, engine_resource, sent.stats, metrics, data=data
+            )
+            context.add_output_metadata(meta)
+
+        outputs, _ = send_stage(
             engine_resource.engine,
             relquery,
-            requests,
-            cache=cache,
-            chunk_size=chunk,
-            progress=progress,
-        )
-        outputs = stages.outputs_frame(plan, sent.responses, this)
-        live = deduped[deduped[stages.INPUT] >= 0]
-        metrics = {
-            "wall_time_s": time.perf_counter() - started,
-            "rows_to_llm": len(live),
-            "dedup_ratio": len(plan) / len(live) if len(live) else 1.0,
-            "errors": int(outputs["error"].notna().sum()),
-            "spec_violations": int(outputs["violation"].notna().sum()),
-            "cache_hits": sent.cache_hits,
-            "requests_sent": sent.sent,
-            **stages.row_counts(deduped, outputs),
-        }
-        meta = log_llm_run(
-            context,
-            qdef,
+            plan,
+            this,
             options,
-            engine_resource,
-            sent.stats,
-            metrics,
-            data=qdef.data_label(_partitions(context)),
+            cache=cache,
+            progress=progress,
+            report=report,
         )
-        context.add_output_metadata(meta)
-        # A stopped run (wrong key, open breaker) or too many failed requests fails the step
-        # with one line; answered requests are in the response cache, a rerun sends the rest.
-        raise_if_too_many_errors(sent, options.max_error_rate)
         return outputs
 
     return [plan, llm_outputs, *checks.stage_checks(qdef, k, call)]
@@ -393,8 +388,8 @@ def result_assets(qdef: QueryDefinition) -> list:
     )
     def result(context: dg.AssetExecutionContext, **ins):
         options = _options(context, qdef)
-        out = stages.run_result(ins["base"], qdef.query, _previous(qdef, n, ins), options.pushdown)
-        context.add_output_metadata(stages.accounting(out))
+        out = run_result(ins["base"], qdef.query, _previous(qdef, n, ins), options.pushdown)
+        context.add_output_metadata(accounting(out))
         return out
 
     @dg.asset(
@@ -407,7 +402,7 @@ def result_assets(qdef: QueryDefinition) -> list:
         description="The query's output: projected rows that passed, or the aggregate.",
     )
     def answer(context: dg.AssetExecutionContext, result: pd.DataFrame):
-        out = stages.run_answer(result, qdef.query)
+        out = run_answer(result, qdef.query)
         preview = out.head(5).to_markdown(index=False)
         context.add_output_metadata({"rows": len(out), "preview": dg.MetadataValue.md(preview)})
         return out

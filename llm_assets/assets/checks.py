@@ -9,8 +9,9 @@ import pandas as pd
 
 from llm_assets.assets.definition import QueryDefinition
 from llm_assets.optimizer.schedule import validate_schedule
-from llm_assets.pipeline import stages
 from llm_assets.pipeline.options import QueryOptions
+from llm_assets.pipeline.results import accounting
+from llm_assets.pipeline.rows import INPUT, ROW, SKIP
 from llm_assets.query import LLMCall, LLMQuery
 from resources.expectations import Expect, GXValidator
 
@@ -25,11 +26,11 @@ ORDER = "llm_filter_order"
 def plan_problems(plan: pd.DataFrame, deduped: pd.DataFrame) -> list[str]:
     """Every distinct input is planned exactly once, at positions 0..n-1, with one valid field
     order per request."""
-    expected = sorted(set(deduped.loc[deduped[stages.INPUT] >= 0, stages.INPUT]))
+    expected = sorted(set(deduped.loc[deduped[INPUT] >= 0, INPUT]))
     problems = []
     if sorted(plan["position"]) != list(range(len(plan))):
         problems.append("positions are not 0..n-1")
-    if sorted(plan[stages.INPUT]) != expected:
+    if sorted(plan[INPUT]) != expected:
         problems.append("planned inputs differ from the distinct inputs")
     fields = [f.split(",") for f in plan["field_order"]]
     try:
@@ -68,12 +69,12 @@ def accounting_problems(
     """answered + skipped + failed == rows in, and `result` holds exactly `base`'s rows; with
     `query`, every `answered` row has the answers it claims (`unanswered_problems`, the calls
     in the order they ran: `calls`, default as written)."""
-    counts = stages.accounting(result)
+    counts = accounting(result)
     problems = []
     total = counts["answered"] + counts["skipped"] + counts["failed"]
     if total != counts["rows_in"]:
         problems.append(f"statuses sum to {total}, rows in {counts['rows_in']}")
-    if len(result) != len(base) or set(result[stages.ROW]) != set(base[stages.ROW]):
+    if len(result) != len(base) or set(result[ROW]) != set(base[ROW]):
         problems.append(f"result has {len(result)} rows, its input {len(base)}")
     unknown = set(result["status"]) - {"answered", "skipped", "failed"}
     if unknown:
@@ -100,7 +101,7 @@ def unanswered_problems(
         answer = result[call.name]
         null = reached & answer.isna()
         if null.any():
-            rows = result.loc[null, stages.ROW].head(3).tolist()
+            rows = result.loc[null, ROW].head(3).tolist()
             problems.append(
                 f"{int(null.sum())} answered rows without an answer from {call.name} (rows {rows})"
             )
@@ -136,7 +137,7 @@ def fields_check(
     handles them (skip or empty)."""
     columns = template_columns(qdef, frame)
     expectations = [Expect("ExpectColumnToExist", {"column": c}) for c in columns]
-    live = frame[frame[stages.SKIP].isna()] if stages.SKIP in frame else frame
+    live = frame[frame[SKIP].isna()] if SKIP in frame else frame
     if options.null_policy == "fail":
         expectations += [
             Expect("ExpectColumnValuesToNotBeNull", {"column": c})
@@ -230,7 +231,7 @@ def result_check(qdef: QueryDefinition):
     def accounted(result: pd.DataFrame, base: pd.DataFrame, filter_order=None):
         calls = qdef.run_order(filter_order)
         problems = accounting_problems(result, base, qdef.query, calls)
-        return _result(problems, **stages.accounting(result))
+        return _result(problems, **accounting(result))
 
     decorate = dg.asset_check(
         asset=qdef.key("result"),

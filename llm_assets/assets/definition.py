@@ -191,12 +191,11 @@ class QueryDefinition:
         """The LLM calls in the order the stages run them: as written, or (several LLM
         filters) the order `filter_order` (the `llm_filter_order` asset: a `call` column)
         chose this run, then the other calls as written."""
-        calls = self.query.llm_calls
         if filter_order is None:
-            return calls
-        by_name = {c.name: c for c in calls}
-        first = [by_name[name] for name in filter_order["call"]]
-        return (*first, *(c for c in calls if c not in first))
+            return self.query.llm_calls
+        from llm_assets.planning import in_order
+
+        return in_order(self.query, list(filter_order["call"])).llm_calls
 
     @property
     def engine_kind(self) -> str:

@@ -69,3 +69,33 @@ def build_retriever(kind: str, corpus: Sequence[str]) -> TfidfRetriever:
     if kind == "embedding":
         return EmbeddingRetriever(corpus)
     raise ValueError(f"unknown retriever {kind!r}; expected one of {list(RETRIEVERS)}")
+
+
+def retrieve(query, tables, rows, retriever: str):
+    """`rows` with the k nearest corpus values of each of `query`'s retrievals as columns
+    `name_1..name_k`. The corpus is the retrieval's distinct non-null corpus values over the
+    whole source table (`query_sql.corpus_sql`, on a locked DuckDB connection); a DuckDB
+    error is a one-line ValueError naming the retrieval."""
+    import duckdb
+
+    from llm_assets.pipeline.filtering import as_arrow, locked_connection
+    from llm_assets.query_sql import corpus_sql
+
+    out = rows.copy()
+    for retrieval in query.retrievals:
+        source = next(s for s in query.sources if s.alias == retrieval.corpus_column.split(".")[0])
+        con = locked_connection()
+        try:
+            con.register("_corpus", as_arrow(tables[source.table]))
+            sql = corpus_sql(query, retrieval.name, tables={source.table: "_corpus"})
+            corpus = [v for (v,) in con.execute(sql).fetchall()]
+        except duckdb.Error as exc:
+            raise ValueError(f"retrieval {retrieval.name!r}: {exc}") from exc
+        finally:
+            con.close()
+        index = build_retriever(retriever, corpus)
+        column = query.output_names()[retrieval.query_column]
+        hits = index.search(out[column].fillna("").tolist(), retrieval.k)
+        for j in range(hits.shape[1]):
+            out[f"{retrieval.name}_{j + 1}"] = [index.corpus[i] for i in hits[:, j]]
+    return out

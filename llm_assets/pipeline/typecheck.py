@@ -45,8 +45,9 @@ import pyarrow as pa
 from sqlglot import exp
 
 from llm_assets.data.sql_types import predicate_types
-from llm_assets.pipeline.stages import as_arrow, locked_connection, predicate_only_columns
+from llm_assets.pipeline.filtering import as_arrow, locked_connection, predicate_only_columns
 from llm_assets.query import LLMQuery, Predicate
+from llm_assets.query_sql import pre_llm_select
 from llm_assets.sql import check_columns
 from llm_assets.sql_ast import DIALECT, column_node, identifier, render, table
 
@@ -181,7 +182,7 @@ def _error(con, query: LLMQuery, views, complete: bool, condition, columns) -> s
     kept = exp.func("COALESCE", exp.paren(condition), exp.false())
     count = exp.func("COUNT", exp.Star())
     if complete:
-        select = query.pre_llm_select(False, tables=views)
+        select = pre_llm_select(query, False, tables=views)
         select.set("expressions", [count])
     else:
         alias = columns[0].split(".", 1)[0]

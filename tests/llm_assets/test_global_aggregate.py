@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 
 from jobs.resources import resources_for
 from llm_assets import llm_query_assets
-from llm_assets.pipeline import stages
 from llm_assets.pipeline.options import QueryOptions
+from llm_assets.pipeline.results import answer_records, run_answer
+from llm_assets.pipeline.rows import INPUT
 from llm_assets.pipeline.run import run_query
 from llm_assets.sql import SQLError, compile_sql
 from resources.engine import EngineWrapper, RunResult
@@ -238,8 +239,8 @@ def test_the_answer_asset_agrees_with_llm_outputs_on_the_simulated_engine(review
     res = result.asset_value(dg.AssetKey(["q", "result"]))
     reached = res[res["passed"] & (res["status"] == "answered")]
     # expected from llm_outputs: each answered request counts once per row that shares it
-    by_input = dict(zip(outputs[stages.INPUT], outputs["answer"].astype(float), strict=True))
-    per_row = [by_input[i] for i in dedup.loc[dedup[stages.INPUT] >= 0, stages.INPUT]]
+    by_input = dict(zip(outputs[INPUT], outputs["answer"].astype(float), strict=True))
+    per_row = [by_input[i] for i in dedup.loc[dedup[INPUT] >= 0, INPUT]]
     answer = result.asset_value(dg.AssetKey(["q", "answer"]))
     assert len(answer) == 1
     assert answer["total"].iloc[0] == pytest.approx(sum(per_row))
@@ -317,7 +318,7 @@ def test_run_answer_matches_sql_semantics(rows, function, grouped):
             "status": ["answered" if ok else "failed" for _, _, _, ok in rows],
         }
     )
-    answer = stages.run_answer(result, query)
+    answer = run_answer(result, query)
     reached = [(g, a) for g, a, passed, ok in rows if passed and ok]
     keys = sorted({g for g, _ in reached}, key=lambda g: (g is None, g or "")) if grouped else [0]
     assert len(answer) == len(keys)
@@ -347,7 +348,7 @@ def test_the_answer_records_a_summary_prints_are_json():
         compile_sql(sql, name="q"), {"reviews": TABLE}, QueryOptions(), ReadsTheReview()
     )
     rows = table_rows(None, False)
-    records = json.loads(json.dumps(stages.answer_records(run.answer)))
+    records = json.loads(json.dumps(answer_records(run.answer)))
     assert records == [
         {"n": len(rows), "avg_stars": pytest.approx(expected("AVG", stars_of(rows)))}
     ]
@@ -357,11 +358,9 @@ def test_the_answer_records_a_summary_prints_are_json():
         QueryOptions(),
         ReadsTheReview(),
     )
-    assert json.loads(json.dumps(stages.answer_records(empty.answer))) == [
-        {"n": 0, "avg_stars": None}
-    ]
+    assert json.loads(json.dumps(answer_records(empty.answer))) == [{"n": 0, "avg_stars": None}]
     grouped = pd.DataFrame({"g": ["a", None, "c"], "v": [1.5, float("nan"), 2.0]})
-    assert stages.answer_records(grouped, limit=2) == [
+    assert answer_records(grouped, limit=2) == [
         {"g": "a", "v": 1.5},
         {"g": None, "v": None},
     ]

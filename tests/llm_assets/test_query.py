@@ -25,6 +25,7 @@ from llm_assets.query import (
     Retrieval,
     Source,
 )
+from llm_assets.query_sql import corpus_sql, from_sql, post_llm_predicates, pre_llm_sql
 
 YES_NO = OutputSpec.choice(["Yes", "No"])
 
@@ -43,12 +44,12 @@ def fake_answer(call: LLMCall, values: list[object]) -> str:
 def run_fake(con: duckdb.DuckDBPyConnection, q: LLMQuery, pushdown: bool) -> list[tuple]:
     """Run `q` with the fake LLM; returns the projection rows, sorted. Also counts calls in
     `run_fake.calls` (number of LLM requests made by the last run)."""
-    cur = con.execute(q.pre_llm_sql(pushdown))
+    cur = con.execute(pre_llm_sql(q, pushdown))
     columns = [d[0] for d in cur.description]
     assert columns == [q.output_names()[c] for c in q.columns_needed()]
     rows = [dict(zip(columns, r, strict=True)) for r in cur.fetchall()]
     for r in q.retrievals:
-        corpus = [v for (v,) in con.execute(q.corpus_sql(r.name)).fetchall()]
+        corpus = [v for (v,) in con.execute(corpus_sql(q, r.name)).fetchall()]
         for row in rows:
             row[r.name] = "\n".join(corpus[: r.k])
     n_calls = 0
@@ -62,7 +63,7 @@ def run_fake(con: duckdb.DuckDBPyConnection, q: LLMQuery, pushdown: bool) -> lis
     run_fake.calls = n_calls
     frame = pd.DataFrame(rows, columns=columns + list(q.stage_outputs()))
     con.register("staged", frame)
-    where = " AND ".join(f"({p})" for p in q.post_llm_predicates(pushdown)) or "TRUE"
+    where = " AND ".join(f"({p})" for p in post_llm_predicates(q, pushdown)) or "TRUE"
     agg = q.aggregate
     if agg is None:
         select = ", ".join(f'"{c}"' for c in q.projection_columns())
@@ -168,7 +169,7 @@ def test_output_name_that_clashes_with_a_stage_output_is_qualified() -> None:
     assert q.field_columns("llm_1") == {"context": "context", "question": "question"}
     # the corpus column is not a per-row input
     assert "s.context" not in [r.query_column for r in q.retrievals]
-    assert q.corpus_sql("context", tables={"squad": "squad_v2"}) == (
+    assert corpus_sql(q, "context", tables={"squad": "squad_v2"}) == (
         'SELECT DISTINCT "s"."context" AS "value" FROM "squad_v2" AS "s" '
         'WHERE NOT "s"."context" IS NULL ORDER BY "value"'
     )
@@ -176,7 +177,7 @@ def test_output_name_that_clashes_with_a_stage_output_is_qualified() -> None:
 
 def test_pre_llm_sql_text_and_table_binding() -> None:
     q = two_table_query()
-    sql = q.pre_llm_sql(pushdown=True, tables={"reviews": "raw.reviews", "movies": "my movies"})
+    sql = pre_llm_sql(q, pushdown=True, tables={"reviews": "raw.reviews", "movies": "my movies"})
     assert sql.splitlines() == [
         "SELECT",
         '  "r"."title" AS "r__title",',
@@ -190,9 +191,9 @@ def test_pre_llm_sql_text_and_table_binding() -> None:
         "WHERE",
         '  "r"."kind" = \'Fresh\'',
     ]
-    assert "WHERE" not in q.pre_llm_sql(pushdown=False)
-    assert q.post_llm_predicates(True) == ()
-    assert q.post_llm_predicates(False) == ("\"kind\" = 'Fresh'",)
+    assert "WHERE" not in pre_llm_sql(q, pushdown=False)
+    assert post_llm_predicates(q, True) == ()
+    assert post_llm_predicates(q, False) == ("\"kind\" = 'Fresh'",)
 
 
 def test_pushdown_on_and_off_give_the_same_rows(con: duckdb.DuckDBPyConnection) -> None:
@@ -204,8 +205,8 @@ def test_pushdown_on_and_off_give_the_same_rows(con: duckdb.DuckDBPyConnection) 
     assert pushed  # some rows pass the fake LLM filter
     assert pushed_calls < run_fake.calls  # pushdown saves LLM calls
     # the join drops the orphan review m4; pushdown drops the two rotten ones
-    assert len(con.execute(q.pre_llm_sql(True)).fetchall()) == 3
-    assert len(con.execute(q.pre_llm_sql(False)).fetchall()) == 5
+    assert len(con.execute(pre_llm_sql(q, True)).fetchall()) == 3
+    assert len(con.execute(pre_llm_sql(q, False)).fetchall()) == 5
 
 
 def test_pushdown_parity_with_aggregate(con: duckdb.DuckDBPyConnection) -> None:
@@ -229,7 +230,7 @@ def test_three_sources_join_order() -> None:
         llm_calls=(LLMCall("llm_1", "{v}", ("c.v",), OutputSpec.text(), 5),),
         projection=("llm_1",),
     )
-    assert q.from_sql().splitlines() == [
+    assert from_sql(q).splitlines() == [
         'FROM "ta" AS "a"',
         'JOIN "tb" AS "b" ON "a"."id" = "b"."aid"',
         'JOIN "tc" AS "c" ON "c"."id" = "b"."cid" AND "c"."x" = "a"."x"',

@@ -16,8 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from llm_assets.pipeline.stages import run_filtered, run_result
+from llm_assets.pipeline.filtering import run_filtered
+from llm_assets.pipeline.results import run_result
 from llm_assets.query import Predicate, Source
+from llm_assets.query_sql import post_llm_predicates, pre_llm_sql
 from llm_assets.sql import SQLError, compile_sql
 from llm_assets.sql_ast import FORBIDDEN_CHARS, column_problem, condition_values_sql
 
@@ -107,9 +109,9 @@ def test_model_rejects_payloads_built_by_hand() -> None:
         condition_values_sql(f"TRUE); {COPY}; SELECT (1", "t")
     q = compile_sql(f"SELECT {LLM} FROM reviews r")
     with pytest.raises(ValueError, match="relation name part"):
-        q.pre_llm_sql(True, tables={"reviews": f'x" AS r; {COPY}; --'})
+        pre_llm_sql(q, True, tables={"reviews": f'x" AS r; {COPY}; --'})
     with pytest.raises(ValueError, match="source row column"):
-        q.pre_llm_sql(True, source_row_columns={"r": f"x; {COPY}"})
+        pre_llm_sql(q, True, source_row_columns={"r": f"x; {COPY}"})
 
 
 # ---- properties ----------------------------------------------------------------------------
@@ -148,7 +150,7 @@ def test_accepted_identifiers_round_trip(alias: str, table: str, columns) -> Non
     query = compile_sql(sql)
     assert query.sources == (Source(alias, table),)
     assert query.projection == (f"{alias}.{shown}",)
-    trees = sqlglot.parse(query.pre_llm_sql(pushdown=True), read="duckdb")
+    trees = sqlglot.parse(pre_llm_sql(query, pushdown=True), read="duckdb")
     assert len(trees) == 1 and isinstance(trees[0], exp.Select)
     select = trees[0]
     (source,) = select.find_all(exp.Table)
@@ -161,7 +163,7 @@ def test_accepted_identifiers_round_trip(alias: str, table: str, columns) -> Non
     ]
     where = select.args["where"].this
     assert [(c.table, c.name) for c in where.find_all(exp.Column)] == [(alias, tested)]
-    (post,) = query.post_llm_predicates(pushdown=False)
+    (post,) = post_llm_predicates(query, pushdown=False)
     tree = sqlglot.parse(post, read="duckdb")
     assert [c.name for c in tree[0].find_all(exp.Column)] == [names[f"{alias}.{tested}"]]
 

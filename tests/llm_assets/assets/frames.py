@@ -3,17 +3,17 @@ corrupt: the deduplicated rows, their request plan and the engine's outputs."""
 
 import pandas as pd
 
-from llm_assets.pipeline import stages
+from llm_assets.pipeline.rows import INPUT, ROW
 
 
 def plan_and_deduped(n: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(request plan, deduplicated rows) of `n` distinct rows, none skipped, one request
     each, in input order."""
-    deduped = pd.DataFrame({stages.ROW: range(n), stages.INPUT: range(n), "_skip": [None] * n})
+    deduped = pd.DataFrame({ROW: range(n), INPUT: range(n), "_skip": [None] * n})
     plan = pd.DataFrame(
         {
             "position": range(n),
-            stages.INPUT: range(n),
+            INPUT: range(n),
             "request_id": [f"q:{i}" for i in range(n)],
             "field_order": ["review"] * n,
         }

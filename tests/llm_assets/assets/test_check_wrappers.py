@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from llm_assets import llm_query_assets
-from llm_assets.pipeline import stages
+from llm_assets.pipeline.rows import ROW
 from tests.llm_assets.assets.frames import outputs_of, plan_and_deduped
 
 SQL = "SELECT r.id, LLM('Summarize {review}', r.review) AS s FROM reviews r"
@@ -21,10 +21,10 @@ def lineage_checks():
 
 def frames():
     plan, deduped = plan_and_deduped(N)
-    base = pd.DataFrame({stages.ROW: range(N)})
+    base = pd.DataFrame({ROW: range(N)})
     result = pd.DataFrame(
         {
-            stages.ROW: range(N),
+            ROW: range(N),
             "status": ["answered"] * N,
             "reason": [None] * N,
             "passed": [True] * N,

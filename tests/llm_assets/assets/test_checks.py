@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from jobs.resources import resources_for
 from llm_assets import llm_query_assets
 from llm_assets.assets import checks
-from llm_assets.pipeline import stages
+from llm_assets.pipeline.rows import ROW
 from resources.engine import LLMEngine, Response, RunResult, RunStats
 from resources.llm_resources import LLMEngineResource
 from tests.llm_assets.assets.frames import outputs_of, plan_and_deduped
@@ -51,10 +51,10 @@ def test_response_check_catches_any_lost_duplicated_or_empty_row(data):
 
 
 def test_accounting_check_catches_lost_rows_and_unexplained_statuses():
-    base = pd.DataFrame({stages.ROW: range(3)})
+    base = pd.DataFrame({ROW: range(3)})
     result = pd.DataFrame(
         {
-            stages.ROW: range(3),
+            ROW: range(3),
             "status": ["answered", "skipped", "failed"],
             "reason": [None, "null in LLM field 'x'", "HTTP 503"],
             "passed": [True, False, False],

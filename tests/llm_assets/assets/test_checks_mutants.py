@@ -7,20 +7,20 @@ import pandas as pd
 
 from llm_assets.assets import checks
 from llm_assets.assets.definition import QueryDefinition
-from llm_assets.pipeline import stages
 from llm_assets.pipeline.options import QueryOptions
+from llm_assets.pipeline.rows import INPUT, ROW, SKIP
 from resources.expectations import GXValidator
 from tests.llm_assets.assets.frames import outputs_of
 
 
 def plan_and_deduped(n: int, inputs: list[int] | None = None):
     inputs = list(range(n)) if inputs is None else inputs
-    deduped = pd.DataFrame({stages.ROW: range(len(inputs)), stages.INPUT: inputs})
+    deduped = pd.DataFrame({ROW: range(len(inputs)), INPUT: inputs})
     planned = sorted(i for i in set(inputs) if i >= 0)
     plan = pd.DataFrame(
         {
             "position": range(len(planned)),
-            stages.INPUT: planned,
+            INPUT: planned,
             "request_id": [f"q:{i}" for i in planned],
             "field_order": ["review,title"] * len(planned),
         }
@@ -52,7 +52,7 @@ def test_plan_problems_one_at_a_time() -> None:
 def test_plan_problems_leave_out_skipped_rows_and_an_empty_plan() -> None:
     # rows skipped before the LLM carry input -1 and are planned nowhere; equal rows share one
     plan, deduped = plan_and_deduped(0, [2, -1, 0, 2, 1, -1])
-    assert list(plan[stages.INPUT]) == [0, 1, 2]
+    assert list(plan[INPUT]) == [0, 1, 2]
     assert checks.plan_problems(plan, deduped) == []
     empty, all_skipped = plan_and_deduped(0, [-1, -1])
     assert checks.plan_problems(empty, all_skipped) == []
@@ -86,7 +86,7 @@ def accounted(statuses: list[str], reasons: list[str | None]) -> pd.DataFrame:
     n = len(statuses)
     return pd.DataFrame(
         {
-            stages.ROW: range(n),
+            ROW: range(n),
             "status": statuses,
             "reason": reasons,
             "passed": [s == "answered" for s in statuses],
@@ -95,11 +95,11 @@ def accounted(statuses: list[str], reasons: list[str | None]) -> pd.DataFrame:
 
 
 def test_accounting_problems_one_at_a_time() -> None:
-    base = pd.DataFrame({stages.ROW: range(3)})
+    base = pd.DataFrame({ROW: range(3)})
     good = accounted(["answered", "skipped", "failed"], [None, "null in 'x'", "HTTP 503"])
     assert checks.accounting_problems(good, base) == []
     assert checks.accounting_problems(good.iloc[:2], base) == ["result has 2 rows, its input 3"]
-    other_rows = good.assign(**{stages.ROW: [0, 1, 7]})
+    other_rows = good.assign(**{ROW: [0, 1, 7]})
     assert checks.accounting_problems(other_rows, base) == ["result has 3 rows, its input 3"]
     lost = good.assign(status=["answered", "lost", "gone"])
     assert checks.accounting_problems(lost, base) == [
@@ -150,7 +150,7 @@ def test_template_columns_expand_retrieved_columns() -> None:
 
 def test_fields_check_fails_on_a_missing_column_and_on_nulls_the_policy_refuses() -> None:
     gx = GXValidator()
-    frame = pd.DataFrame({"review": ["good", None], "title": ["a", "b"], stages.SKIP: [None] * 2})
+    frame = pd.DataFrame({"review": ["good", None], "title": ["a", "b"], SKIP: [None] * 2})
     fail = checks.fields_check(
         query_definition(null_policy="fail"), frame, QueryOptions(null_policy="fail"), gx
     )
@@ -159,7 +159,7 @@ def test_fields_check_fails_on_a_missing_column_and_on_nulls_the_policy_refuses(
     assert fail.metadata["null_policy"].value == "fail"
     skip = checks.fields_check(query_definition(), frame, QueryOptions(null_policy="skip"), gx)
     assert skip.passed
-    skipped_row = frame.assign(**{stages.SKIP: [None, "null in 'review'"]})
+    skipped_row = frame.assign(**{SKIP: [None, "null in 'review'"]})
     counted = checks.fields_check(
         query_definition(), skipped_row, QueryOptions(null_policy="fail"), gx
     )
@@ -173,5 +173,5 @@ def test_fields_check_fails_on_a_missing_column_and_on_nulls_the_policy_refuses(
     complete = frame.assign(review=["good", "bad"]).drop(columns="title")
     strict = QueryOptions(null_policy="fail")
     assert not checks.fields_check(query_definition(), complete, strict, gx).passed
-    no_skip_column = frame.drop(columns=stages.SKIP)
+    no_skip_column = frame.drop(columns=SKIP)
     assert checks.fields_check(query_definition(), no_skip_column, QueryOptions(), gx).passed

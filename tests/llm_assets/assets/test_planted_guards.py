@@ -20,7 +20,7 @@ from llm_assets.assets import checks
 from llm_assets.assets.definition import QueryDefinition
 from llm_assets.assets.tracking import engine_costs
 from llm_assets.optimizer.cost import GPU_USD_PER_HOUR
-from llm_assets.pipeline import stages
+from llm_assets.pipeline.rows import ROW
 from resources.engine import EngineWrapper, Request
 from resources.llm_resources import SimulatedEngineResource
 
@@ -101,7 +101,7 @@ TWO_FILTERS = (
 def result_frame(**answers) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(result, base) of 4 answered rows with the given answer columns."""
     n = 4
-    base = pd.DataFrame({stages.ROW: range(n)})
+    base = pd.DataFrame({ROW: range(n)})
     result = base.assign(status=["answered"] * n, reason=[None] * n, passed=[True] * n, **answers)
     return result, base
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from llm_assets.optimizer import reorder
 from llm_assets.optimizer.prompts import PromptFormat, parse, render_prompts
 from llm_assets.optimizer.table import encode
-from llm_assets.pipeline import stages
 from llm_assets.pipeline.options import QueryOptions
+from llm_assets.pipeline.plan import first_prompt
 from llm_assets.pipeline.run import plan_stage, run_query
 from llm_assets.sql import compile_sql
 from resources.sim.engine import SimulatedEngine
@@ -167,7 +167,7 @@ def test_the_sent_prompts_read_as_written_end_to_end(style):
                 and f"plot: {plot}" in p.splitlines()
                 for p in sent
             )
-    assert stages.first_prompt(plan) == plan["prompt"].iloc[0]
+    assert first_prompt(plan) == plan["prompt"].iloc[0]
 
 
 def test_named_lines_are_labelled_by_the_placeholder_not_the_column():

@@ -5,7 +5,9 @@ import pandas as pd
 
 from llm_assets.benchmark_queries import compile_query
 from llm_assets.optimizer.prompts import TRUNCATION_MARKER, PromptFormat, fit_row
-from llm_assets.pipeline import stages
+from llm_assets.pipeline.plan import run_dedup, run_plan
+from llm_assets.pipeline.rows import ROW
+from llm_assets.pipeline.send import outputs_frame, requests_from_plan
 
 Q1 = compile_query("q1", "movies")
 CALL = Q1.llm_calls[0]
@@ -28,18 +30,18 @@ def test_fit_row_cuts_the_longest_value_just_enough():
 def deduped():
     rows = pd.DataFrame(
         {
-            stages.ROW: [0, 1],
+            ROW: [0, 1],
             "movie_info": ["short info", "epic " * 300],
             "review_content": ["fine", "ok"],
         }
     )
-    return stages.run_dedup(rows, ["movie_info", "review_content"], dedup=True)
+    return run_dedup(rows, ["movie_info", "review_content"], dedup=True)
 
 
 def planned(context_policy: str, max_prompt_tokens: int = 100) -> pd.DataFrame:
     """Q1's plan of the two deduplicated rows, counting words as tokens."""
     fields = ["movie_info", "review_content"]
-    return stages.run_plan(
+    return run_plan(
         deduped(),
         CALL,
         fields,
@@ -56,9 +58,9 @@ def test_fail_policy_marks_the_row_and_never_sends_it():
     assert len(errors) == 1
     assert "tokens, over the 100 the context window leaves" in errors[0]
     assert "use 'truncate'" in errors[0]
-    sent = stages.requests_from_plan(plan, CALL)
+    sent = requests_from_plan(plan, CALL)
     assert len(sent) == 1
-    outputs = stages.outputs_frame(plan, [], CALL)
+    outputs = outputs_frame(plan, [], CALL)
     assert outputs["error"].notna().all()  # the unsent one keeps its planning error
     assert outputs["error"].str.contains("context window").sum() == 1
 
@@ -68,7 +70,7 @@ def test_truncate_policy_sends_a_marked_prompt_that_fits():
     assert plan["error"].isna().all() and plan["truncated"].sum() == 1
     cut = plan.loc[plan["truncated"], "prompt"].iloc[0]
     assert TRUNCATION_MARKER in cut and words(cut) <= 100
-    assert len(stages.requests_from_plan(plan, CALL)) == 2
+    assert len(requests_from_plan(plan, CALL)) == 2
 
 
 def test_truncate_policy_fails_a_row_that_cannot_fit_at_all():
@@ -79,7 +81,7 @@ def test_truncate_policy_fails_a_row_that_cannot_fit_at_all():
 
 def test_the_limit_is_the_engines_declared_window_minus_the_output_budget():
     from llm_assets.pipeline.options import QueryOptions
-    from llm_assets.pipeline.run import context_limit
+    from llm_assets.pipeline.plan import context_limit
     from resources.engine import EngineWrapper
     from resources.sim.engine import SimulatedEngine
 

@@ -4,7 +4,11 @@ import pandas as pd
 import pytest
 
 from llm_assets.benchmark_queries import compile_query
-from llm_assets.pipeline import stages
+from llm_assets.pipeline.filtering import locked_connection, run_filtered
+from llm_assets.pipeline.plan import placeholder_columns, run_dedup, run_plan
+from llm_assets.pipeline.results import accounting, run_answer, run_result
+from llm_assets.pipeline.rows import INPUT, ROW, SKIP, stage_input
+from llm_assets.pipeline.send import outputs_frame
 from resources.engine import Response
 
 Q2 = compile_query("q2", "movies")
@@ -31,14 +35,14 @@ def tables():
 
 
 def test_filtered_keeps_every_joined_row_in_source_order_and_marks_predicate_skips():
-    pushed = stages.run_filtered(Q2, tables(), pushdown=True)
+    pushed = run_filtered(Q2, tables(), pushdown=True)
     assert len(pushed) == 6
     contents = pushed["review_content"].fillna("<null>").tolist()
     assert contents == ["great", "dull", "great", "meh", "fine", "<null>"]  # stored order
-    assert pushed[stages.ROW].tolist() == [0, 1, 2, 3, 4, 5]
-    assert pushed[stages.SKIP].notna().tolist() == [False, False, False, True, False, False]
-    assert "review_type" in pushed[stages.SKIP].iloc[3]
-    kept = stages.stage_input(pushed, Q2, [])
+    assert pushed[ROW].tolist() == [0, 1, 2, 3, 4, 5]
+    assert pushed[SKIP].notna().tolist() == [False, False, False, True, False, False]
+    assert "review_type" in pushed[SKIP].iloc[3]
+    kept = stage_input(pushed, Q2, [])
     assert kept["review_content"].fillna("<null>").tolist() == [
         "great",
         "dull",
@@ -46,8 +50,8 @@ def test_filtered_keeps_every_joined_row_in_source_order_and_marks_predicate_ski
         "fine",
         "<null>",
     ]
-    unpushed = stages.run_filtered(Q2, tables(), pushdown=False)
-    assert unpushed[stages.SKIP].isna().all()
+    unpushed = run_filtered(Q2, tables(), pushdown=False)
+    assert unpushed[SKIP].isna().all()
 
 
 def fake_answers(plan, answer_of):
@@ -59,28 +63,28 @@ def fake_answers(plan, answer_of):
 
 def run_all(pushdown, dedup=True, null_policy="skip", answer_of=None):
     answer_of = answer_of or (lambda p: "No" if "dull" in p else "Yes")
-    base = stages.run_filtered(Q2, tables(), pushdown)
-    rows = stages.stage_input(base, Q2, [])
-    fields = [c for cs in stages.placeholder_columns(Q2, CALL, rows).values() for c in cs]
-    deduped = stages.run_dedup(rows, fields, dedup, null_policy)
-    plan = stages.run_plan(deduped, CALL, fields, "ggr", relquery="t")
-    outputs = stages.outputs_frame(plan, fake_answers(plan, answer_of), CALL)
-    result = stages.run_result(base, Q2, [(CALL, deduped, outputs)], pushdown)
+    base = run_filtered(Q2, tables(), pushdown)
+    rows = stage_input(base, Q2, [])
+    fields = [c for cs in placeholder_columns(Q2, CALL, rows).values() for c in cs]
+    deduped = run_dedup(rows, fields, dedup, null_policy)
+    plan = run_plan(deduped, CALL, fields, "ggr", relquery="t")
+    outputs = outputs_frame(plan, fake_answers(plan, answer_of), CALL)
+    result = run_result(base, Q2, [(CALL, deduped, outputs)], pushdown)
     return base, deduped, plan, outputs, result
 
 
 def test_dedup_sends_each_distinct_input_once_and_maps_back():
     _, deduped, plan, outputs, result = run_all(pushdown=True)
     assert len(plan) == 3  # "great"/"info b" twice
-    assert deduped.loc[deduped.review_content == "great", stages.INPUT].nunique() == 1
+    assert deduped.loc[deduped.review_content == "great", INPUT].nunique() == 1
     assert result["llm_1"].fillna("-").tolist() == ["Yes", "No", "Yes", "-", "Yes", "-"]
     assert sorted(plan["position"]) == [0, 1, 2]
 
 
 def test_pushdown_changes_cost_not_answers():
-    on = stages.run_answer(run_all(pushdown=True)[4], Q2)
+    on = run_answer(run_all(pushdown=True)[4], Q2)
     off_base, _, off_plan, _, off_result = run_all(pushdown=False)
-    off = stages.run_answer(off_result, Q2)
+    off = run_answer(off_result, Q2)
     assert sorted(on["movie_title"]) == sorted(off["movie_title"]) == ["B", "B", "C"]
     assert len(off_plan) > len(run_all(pushdown=True)[2])
     dropped = off_result[~off_result.passed & (off_result.status == "answered")]
@@ -92,29 +96,29 @@ def test_null_fields_are_skipped_with_a_reason_and_accounted():
     skipped = result[result.status == "skipped"]
     assert len(skipped) == 1
     assert skipped.reason.iloc[0] == "null in LLM field 'review_content'"
-    counts = stages.accounting(result)
+    counts = accounting(result)
     assert counts["answered"] + counts["skipped"] + counts["failed"] == counts["rows_in"] == 6
 
 
 def test_null_policy_fail_names_the_field():
-    base = stages.run_filtered(Q2, tables(), pushdown=False)
+    base = run_filtered(Q2, tables(), pushdown=False)
     with pytest.raises(ValueError, match="LLM field 'review_content' is null in 1 row"):
-        stages.run_dedup(base, ["movie_info", "review_content"], True, "fail")
+        run_dedup(base, ["movie_info", "review_content"], True, "fail")
 
 
 def test_failed_requests_become_failed_rows():
-    base = stages.run_filtered(Q2, tables(), True)
-    rows = stages.stage_input(base, Q2, [])
-    fields = [c for cs in stages.placeholder_columns(Q2, CALL, rows).values() for c in cs]
-    deduped = stages.run_dedup(rows, fields, True)
-    plan = stages.run_plan(deduped, CALL, fields, "ggr", relquery="t")
+    base = run_filtered(Q2, tables(), True)
+    rows = stage_input(base, Q2, [])
+    fields = [c for cs in placeholder_columns(Q2, CALL, rows).values() for c in cs]
+    deduped = run_dedup(rows, fields, True)
+    plan = run_plan(deduped, CALL, fields, "ggr", relquery="t")
     responses = [Response(rid, "", 0, 0, 0, 0.0, 0.0, error="HTTP 503") for rid in plan.request_id]
-    outputs = stages.outputs_frame(plan, responses, CALL)
-    result = stages.run_result(base, Q2, [(CALL, deduped, outputs)], True)
+    outputs = outputs_frame(plan, responses, CALL)
+    result = run_result(base, Q2, [(CALL, deduped, outputs)], True)
     assert result.status.tolist() == ["failed"] * 3 + ["skipped", "failed", "skipped"]
     assert set(result.reason[[0, 1, 2, 4]]) == {"HTTP 503"}
     assert "predicate" in result.reason[3] and "null in LLM field" in result.reason[5]
-    assert stages.run_answer(result, Q2).empty
+    assert run_answer(result, Q2).empty
 
 
 def test_spec_violations_are_recorded_not_coerced():
@@ -128,7 +132,7 @@ def test_the_pre_llm_connection_cannot_touch_files_or_change_that(tmp_path):
 
     secret = tmp_path / "secret.csv"
     secret.write_text("a\n1\n")
-    con = stages.locked_connection()
+    con = locked_connection()
     try:
         for sql in (
             f"SELECT * FROM read_csv('{secret}')",

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 import resources.sim.tokenizer as tokenizer_module
 from llm_assets.benchmark_queries import compile_query
 from llm_assets.optimizer.prompts import TRUNCATION_MARKER
-from llm_assets.pipeline import stages
+from llm_assets.pipeline.plan import run_dedup, run_plan
+from llm_assets.pipeline.rows import ROW
 from resources.sim.tokenizer import (
     _APPROX_SPLIT,
     _MAX_MEMO_CHARS,
@@ -169,12 +170,12 @@ def test_context_window_check_on_a_1m_character_cell(crc: CountingCrc) -> None:
     n = 1_000_000
     rows = pd.DataFrame(
         {
-            stages.ROW: [0, 1],
+            ROW: [0, 1],
             "movie_info": ["short info", "x" * n],
             "review_content": ["fine", "ok"],
         }
     )
-    deduped = stages.run_dedup(rows, ["movie_info", "review_content"], dedup=True)
+    deduped = run_dedup(rows, ["movie_info", "review_content"], dedup=True)
     tok = ApproxTokenizer()
     counted: list[int] = []
 
@@ -182,7 +183,7 @@ def test_context_window_check_on_a_1m_character_cell(crc: CountingCrc) -> None:
         counted.append(len(text))
         return len(tok.encode(text))
 
-    plan = stages.run_plan(
+    plan = run_plan(
         deduped,
         compile_query("q1", "movies").llm_calls[0],
         ["movie_info", "review_content"],

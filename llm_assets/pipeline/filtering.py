@@ -1,0 +1,140 @@
+"""The `filtered` relation: the join of the sources in DuckDB, every row numbered, with the
+reason a pushed-down predicate removes it (`run_filtered`), on a connection that sees only the
+registered tables (`locked_connection`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+
+from llm_assets.pipeline.rows import ROW
+from llm_assets.query import LLMQuery
+from llm_assets.query_sql import post_llm_predicates, pre_llm_sql
+from llm_assets.sql import check_columns
+
+
+def locked_connection() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection that cannot touch files or attach databases, with its
+    configuration locked: the user's SQL sees only the relations registered on it."""
+    con = duckdb.connect(config={"enable_external_access": False})
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+def predicate_only_columns(query: LLMQuery) -> dict[str, list[str]]:
+    """Per source alias, the columns only non-LLM predicates read. They are the ones typed
+    for SQL (`rating > 3` on a text file); every other column keeps the file's text, so a
+    prompt, a projection or a join key sees the value exactly as written."""
+    other = {c for c in query.projection if "." in c}
+    other |= set(query.aggregate.group_by if query.aggregate else ())
+    other |= {f for call in query.llm_calls for f in call.fields if "." in f}
+    other |= {c for r in query.retrievals for c in (r.query_column, r.corpus_column)}
+    for j in query.joins:
+        other |= {f"{j.left_alias}.{j.left_column}", f"{j.right_alias}.{j.right_column}"}
+    out: dict[str, list[str]] = {}
+    for p in query.predicates:
+        for column in p.columns:
+            alias, name = column.split(".", 1)
+            if column not in other and name not in out.setdefault(alias, []):
+                out[alias].append(name)
+    return out
+
+
+def _typed_view(name: str, raw: str, table: pa.Table, columns: Sequence[str]) -> str:
+    """`CREATE VIEW name AS SELECT * REPLACE (TRY_CAST(c AS T) AS c, ...) FROM raw` for the
+    text columns whose values all read as a DuckDB type (built from the AST)."""
+    from llm_assets.data.sql_types import predicate_types
+
+    text = [c for c in columns if c in table.column_names]
+    types = {c: t for c, t in predicate_types(table, text).items() if t != "VARCHAR"}
+    star = exp.Star()
+    if types:
+        star = exp.Star(
+            replace=[
+                exp.alias_(
+                    exp.TryCast(this=exp.column(c, quoted=True), to=exp.DataType.build(t)),
+                    c,
+                    quoted=True,
+                )
+                for c, t in types.items()
+            ]
+        )
+    select = exp.select(star).from_(exp.to_identifier(raw, quoted=True))
+    view = exp.Create(this=exp.to_identifier(name, quoted=True), kind="VIEW", expression=select)
+    return view.sql(dialect="duckdb")
+
+
+def _columns(table: pa.Table | pd.DataFrame) -> list[str]:
+    return table.column_names if isinstance(table, pa.Table) else list(table.columns)
+
+
+def as_arrow(table: pa.Table | pd.DataFrame) -> pa.Table:
+    if isinstance(table, pa.Table):
+        return table
+    return pa.Table.from_pandas(table, preserve_index=False)
+
+
+def run_filtered(
+    query: LLMQuery, tables: Mapping[str, pa.Table | pd.DataFrame], pushdown: bool
+) -> pd.DataFrame:
+    """Every row of the join of the sources, numbered `_row` in stored order (by row number in
+    the largest source, then in the others; never sorted on values, so the FIFO baseline sees
+    the data as stored), with `_skip`: with `pushdown`, the reason a non-LLM predicate removes
+    the row before any LLM call (evaluated in DuckDB), else None.
+
+    Runs on `locked_connection()`: the user's SQL reaches only the registered tables. A source
+    with columns but no row (a header-only file) is a ValueError: the run would ask nothing."""
+    check_columns(query, {t: list(_columns(frame)) for t, frame in tables.items()})
+    empty = sorted({s.table for s in query.sources if len(tables[s.table]) == 0})
+    if empty:
+        raise ValueError(
+            f"query {query.name!r}: table {empty[0]!r} has columns but no rows (a header-only "
+            "file?): there is nothing to ask the LLM"
+        )
+    con = locked_connection()
+    typed = predicate_only_columns(query)
+    size = {s.alias: len(tables[s.table]) for s in query.sources}
+    by_size = sorted(range(len(query.sources)), key=lambda i: -size[query.sources[i].alias])
+    relation = {}
+    try:
+        for i, source in enumerate(query.sources):
+            if source.table in relation:
+                continue
+            table = as_arrow(tables[source.table])
+            table = table.append_column("_src_row", pa.array(np.arange(len(table), dtype=np.int64)))
+            con.register(f"_raw{i}", table)
+            con.execute(_typed_view(f"_t{i}", f"_raw{i}", table, typed.get(source.alias, ())))
+            relation[source.table] = f"_t{i}"
+        rows = {s.alias: f"_src_{i}" for i, s in enumerate(query.sources)}
+        inner = pre_llm_sql(query, False, tables=relation, source_row_columns=rows)
+        skip = _skip_reason(query) if pushdown else exp.null()
+        order = [exp.column(rows[query.sources[i].alias], quoted=True) for i in by_size]
+        sql = (
+            exp.select(exp.Star(), exp.alias_(skip, "_skip", quoted=True))
+            .from_(exp.paren(sqlglot.parse_one(inner, read="duckdb")).as_("_joined"))
+            .order_by(*order)
+        )
+        frame = con.execute(sql.sql(dialect="duckdb")).df()
+    finally:
+        con.close()
+    frame = frame.drop(columns=list(rows.values()))
+    frame["_skip"] = frame["_skip"].astype(object).where(frame["_skip"].notna(), None)
+    frame.insert(0, ROW, np.arange(len(frame), dtype=np.int64))
+    return frame
+
+
+def _skip_reason(query: LLMQuery) -> exp.Expression:
+    """CASE WHEN NOT COALESCE(p1, FALSE) THEN 'predicate p1 is false' ... END over output
+    names: the first predicate that removes the row, or NULL."""
+    case = exp.Case()
+    for sql in post_llm_predicates(query, False):
+        predicate = sqlglot.parse_one(sql, read="duckdb")
+        kept = exp.func("COALESCE", exp.paren(predicate), exp.false())
+        case = case.when(exp.not_(kept), exp.Literal.string(f"predicate {sql} is false"))
+    return case if query.predicates else exp.null()

@@ -1,0 +1,177 @@
+"""The DuckDB SQL of an `LLMQuery` (`llm_assets.query` holds the model and its validation;
+this module only renders it). Every statement is built as a sqlglot tree, every identifier
+quoted; nothing here formats user text into SQL.
+
+>>> from llm_assets.sql import compile_sql
+>>> q = compile_sql(
+...     "SELECT m.title FROM reviews r JOIN movies m ON r.link = m.link "
+...     "WHERE r.kind = 'Fresh' AND LLM('Kids? {info} {text}', m.info, r.text, "
+...     "output => 'choice(Yes,No)') = 'Yes'")
+>>> print(pre_llm_sql(q, pushdown=True))
+SELECT
+  "m"."title" AS "title",
+  "m"."info" AS "info",
+  "r"."text" AS "text",
+  "r"."kind" AS "kind"
+FROM "reviews" AS "r"
+JOIN "movies" AS "m"
+  ON "r"."link" = "m"."link"
+WHERE
+  "r"."kind" = 'Fresh'
+>>> print(*post_llm_predicates(q, pushdown=False))
+"kind" = 'Fresh'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sqlglot import exp
+
+from llm_assets.query import SOURCE_ROW, LLMQuery, Source, split_column
+from llm_assets.sql_ast import check_name, column_node, identifier, output_problem, render, table
+
+__all__ = [
+    "aggregate_select",
+    "aggregate_sql",
+    "corpus_sql",
+    "from_sql",
+    "post_llm_predicates",
+    "pre_llm_select",
+    "pre_llm_sql",
+]
+
+
+def _table(source: Source, tables: Mapping[str, str] | None) -> exp.Table:
+    return table((tables or {}).get(source.table, source.table), source.alias)
+
+
+def _from_clauses(query: LLMQuery, tables: Mapping[str, str] | None) -> list[exp.Expression]:
+    """`FROM first AS a` and one `JOIN ... ON ...` per later source, as sqlglot nodes."""
+    clauses: list[exp.Expression] = [exp.From(this=_table(query.sources[0], tables))]
+    for i, source in enumerate(query.sources[1:], start=1):
+        on = exp.and_(*(j.condition() for j in query.joins_for(i)))
+        clauses.append(exp.Join(this=_table(source, tables), on=on))
+    return clauses
+
+
+def from_sql(query: LLMQuery, tables: Mapping[str, str] | None = None) -> str:
+    """`FROM a AS x` then one `JOIN b AS y ON ...` line per later source; `tables` maps a
+    table name to a DuckDB relation name."""
+    return "\n".join(render(clause) for clause in _from_clauses(query, tables))
+
+
+def pre_llm_select(
+    query: LLMQuery,
+    pushdown: bool,
+    tables: Mapping[str, str] | None = None,
+    source_row_columns: Mapping[str, str] | None = None,
+) -> exp.Select:
+    """The sqlglot tree of `pre_llm_sql` (same arguments)."""
+    names = query.output_names()
+    items = [
+        column_node(*split_column(c)).as_(identifier(names[c])) for c in query.columns_needed()
+    ]
+    aliases = [s.alias for s in query.sources]
+    for alias, name in (source_row_columns or {}).items():
+        if alias not in aliases:
+            raise ValueError(f"source_row_columns names unknown alias {alias!r}: {aliases}")
+        check_name("source row column", name, output_problem)
+        items.append(column_node(alias, SOURCE_ROW).as_(identifier(name)))
+    first, *joins = _from_clauses(query, tables)
+    select = exp.Select(expressions=items, joins=joins)
+    select.set("from_", first)
+    if pushdown and query.predicates:
+        select = select.where(exp.and_(*(p.expression() for p in query.predicates)))
+    return select
+
+
+def pre_llm_sql(
+    query: LLMQuery,
+    pushdown: bool,
+    tables: Mapping[str, str] | None = None,
+    source_row_columns: Mapping[str, str] | None = None,
+) -> str:
+    """The DuckDB SELECT producing the relation the first stage runs over.
+
+    It joins the sources and selects `columns_needed()` under `output_names()`; with
+    `pushdown` every predicate is in WHERE, without it none is (run
+    `post_llm_predicates(query, False)` after the LLM stages). Table names are used as written
+    unless `tables` maps them to other DuckDB relation names. `source_row_columns`
+    (alias -> output name) also selects each named source's `SOURCE_ROW` column (its
+    row number, which the caller adds to the relation) under that name. Rendered from
+    the sqlglot tree, every identifier quoted. Row order is unspecified.
+    """
+    return render(pre_llm_select(query, pushdown, tables, source_row_columns), pretty=True)
+
+
+def post_llm_predicates(query: LLMQuery, pushdown: bool) -> tuple[str, ...]:
+    """The predicates still to run after the LLM stages (and before the aggregate), as
+    DuckDB SQL over output names: none with `pushdown`, all of them without."""
+    if pushdown:
+        return ()
+    names = query.output_names()
+    return tuple(p.rename(names) for p in query.predicates)
+
+
+def aggregate_select(query: LLMQuery, relation: str) -> exp.Select:
+    """The sqlglot tree of `aggregate_sql` (same arguments)."""
+    agg = query.aggregate
+    if agg is None:
+        raise ValueError(f"query {query.name!r} has no aggregate")
+    names = query.output_names()
+    by_alias = {a.alias: a for a in agg.items}
+    items = [
+        by_alias[p].expression() if p in by_alias else exp.column(identifier(names[p]))
+        for p in query.projection
+    ]
+    select = exp.select(*items).from_(table(relation))
+    if agg.group_by:
+        groups = [exp.column(identifier(names[g])) for g in agg.group_by]
+        select = select.group_by(*groups).order_by(
+            *(exp.Ordered(this=g.copy(), nulls_first=False) for g in groups)
+        )
+    return select
+
+
+def aggregate_sql(query: LLMQuery, relation: str) -> str:
+    """The DuckDB SELECT computing the aggregate over `relation`, a table of the rows that
+    reach it with the group-by columns under `output_names()` and each aggregated call's
+    answers under the call's name (as numbers for AVG/SUM/MIN/MAX: `AggregateItem.numeric`).
+
+    It selects the projection in order; with GROUP BY, one row per group, ordered by the
+    group-by columns (nulls last, null keys forming one group); without GROUP BY, exactly
+    one row, also when `relation` is empty. Rendered from the sqlglot tree.
+
+    >>> from llm_assets.output_spec import OutputSpec
+    >>> from llm_assets.query import Aggregate, AggregateItem, LLMCall, Source
+    >>> q = LLMQuery(
+    ...     name="q", sources=(Source("r", "reviews"),),
+    ...     llm_calls=(LLMCall("llm_1", "Stars {review}", ("r.review",),
+    ...                        OutputSpec.number(1, 5), max_tokens=3),),
+    ...     projection=("n", "avg_llm_1"),
+    ...     aggregate=Aggregate((), (AggregateItem("COUNT", None, "n"),
+    ...                              AggregateItem("AVG", "llm_1", "avg_llm_1"))))
+    >>> print(aggregate_sql(q, "_rows"))
+    SELECT COUNT(*) AS "n", AVG("llm_1") AS "avg_llm_1" FROM "_rows"
+    """
+    return render(aggregate_select(query, relation))
+
+
+def corpus_sql(query: LLMQuery, retrieval: str, tables: Mapping[str, str] | None = None) -> str:
+    """The DuckDB SELECT of a retrieval's corpus: the distinct non-null values of its corpus
+    column over the whole source table (predicates do not shrink the corpus), as `value`."""
+    by_name = {r.name: r for r in query.retrievals}
+    if retrieval not in by_name:
+        raise ValueError(f"unknown retrieval {retrieval!r}; known: {list(by_name)}")
+    alias, name = split_column(by_name[retrieval].corpus_column)
+    source = next(s for s in query.sources if s.alias == alias)
+    value = column_node(alias, name)
+    select = (
+        exp.select(value.as_(identifier("value")))
+        .distinct()
+        .from_(_table(source, tables))
+        .where(exp.Not(this=exp.Is(this=value.copy(), expression=exp.null())))
+        .order_by(exp.column(identifier("value")))
+    )
+    return render(select)
