@@ -147,43 +147,20 @@ class Switches:
 
 
 def build_engine(engine: str, gpu: str, model: str, policy: str, prefix_cache: bool):
-    """An engine for the CLI: the simulated one, or a real one configured from the
-    environment (LLM_ASSETS_OPENAI_BASE_URL / _MODEL / _API_KEY; LLM_ASSETS_VLLM_MODEL)."""
-    import os
+    """An engine for the CLI, built the one way the code location builds it
+    (`resources.llm_resources.engine_resource`): the simulated one from the switches, or a
+    real one from the environment (LLM_ASSETS_OPENAI_BASE_URL, _MODEL, _API_KEY and
+    LLM_ASSETS_OPENAI_<OPTION>; LLM_ASSETS_VLLM_MODEL and LLM_ASSETS_VLLM_<OPTION>). A
+    missing or bad setting is that function's one-line error."""
+    from resources.llm_resources import engine_resource
 
-    from resources.llm_resources import (
-        OpenAIEngineResource,
-        SimulatedEngineResource,
-        VLLMEngineResource,
-    )
-
+    fields: dict = {} if prefix_cache or engine == "openai" else {"enable_prefix_caching": False}
     if engine == "sim":
-        try:
-            return SimulatedEngineResource(
-                gpu=gpu, model=model, policy=policy, enable_prefix_caching=prefix_cache
-            ).build_engine()
-        except ValueError as exc:
-            fail(str(exc))
-    elif engine == "openai":
-        missing = [
-            v
-            for v in ("LLM_ASSETS_OPENAI_BASE_URL", "LLM_ASSETS_OPENAI_MODEL")
-            if v not in os.environ
-        ]
-        if missing:
-            fail(f"--engine openai needs the environment variable(s) {', '.join(missing)}")
-        resource = OpenAIEngineResource(
-            base_url=os.environ["LLM_ASSETS_OPENAI_BASE_URL"],
-            model=os.environ["LLM_ASSETS_OPENAI_MODEL"],
-            api_key=os.environ.get("LLM_ASSETS_OPENAI_API_KEY"),
-        )
-    else:
-        if "LLM_ASSETS_VLLM_MODEL" not in os.environ:
-            fail("--engine vllm needs LLM_ASSETS_VLLM_MODEL (weights path or model id)")
-        resource = VLLMEngineResource(
-            model=os.environ["LLM_ASSETS_VLLM_MODEL"], enable_prefix_caching=prefix_cache
-        )
-    return resource.build_engine()
+        fields.update(gpu=gpu, model=model, policy=policy)
+    try:
+        return engine_resource(engine, **fields).build_engine()
+    except ValueError as exc:
+        fail(str(exc))
 
 
 class ProgressBar:
@@ -348,8 +325,8 @@ def run_command(query_path, tables, method, out, cache, chunk_size, **switches):
     """Run an LLM-SQL query over files: every row answered, skipped or failed, with a summary
     (rows, requests, token hit rate, engine time, cost) as one JSON object on stdout."""
     from llm_assets.data.writers import write_table
-    from llm_assets.pipeline.run import run_query
     from llm_assets.pipeline.results import answer_records
+    from llm_assets.pipeline.run import run_query
     from resources.response_cache import CacheLockTimeout
     from resources.runner import TooManyErrors
 
@@ -431,8 +408,8 @@ def plan_command(query_path, tables, methods, as_json, **switches):
     than sim is refused."""
     from llm_assets.pipeline.plan import first_prompt
     from llm_assets.pipeline.rows import INPUT
-    from llm_assets.pipeline.send import requests_from_plan
     from llm_assets.pipeline.run import run_query
+    from llm_assets.pipeline.send import requests_from_plan
 
     switches = Switches(**switches)
     if switches.engine != "sim":

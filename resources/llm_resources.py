@@ -16,6 +16,11 @@ Invariants:
   and `close()` releases it;
 - creating a resource never imports vLLM or loads a model (the vLLM model loads on its first
   `run`), so `dagster definitions validate` stays fast;
+- one way from the environment to an engine: `engine_resource(kind, **fields)` is what the
+  code location binds (`llm_assets.default_resources`) and what `llm-assets run` builds; an
+  OpenAI field left unset is read from `LLM_ASSETS_OPENAI_<FIELD>`, vLLM's model from
+  `LLM_ASSETS_VLLM_MODEL`, when the engine is built (`settings_from_env`: one set of
+  one-line errors for both);
 - secrets come through `dg.EnvVar`: `OpenAIEngineResource(api_key=dg.EnvVar("OPENAI_API_KEY"))`
   (or the `LLM_ASSETS_OPENAI_API_KEY` variable, read when the run starts). Dagster records
   the variable's name, not its value; a literal key in run config is refused; the engine
@@ -26,23 +31,69 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Annotated
 
 import dagster as dg
 from pydantic import Field, PrivateAttr, TypeAdapter, ValidationError
 
 from resources.engine import LLMEngine, Request, RunResult
-from resources.engine_config import OpenAIEngineConfig, VLLMEngineConfig
+from resources.engine_config import EngineConfig, OpenAIEngineConfig, VLLMEngineConfig
 from resources.sim.config import SimulatedEngineConfig
 
 __all__ = [
+    "ENGINE_KINDS",
     "LLMEngineResource",
     "ResponseCacheResource",
     "OpenAIEngineResource",
     "SimulatedEngineResource",
     "VLLMEngineResource",
+    "engine_resource",
+    "settings_from_env",
 ]
+
+
+def settings_from_env(
+    config_cls: type[EngineConfig],
+    given: dict,
+    prefix: str,
+    required: dict[str, tuple[str, ...]],
+    from_env: Collection[str] | None = None,
+) -> EngineConfig:
+    """`config_cls` from the field values `given` (set in config or code); every other field
+    (of `from_env`, default all) from its environment variable `<prefix><FIELD>` when that is
+    set and not empty, else its default. `required` maps a field to the fields any one of
+    which satisfies it.
+
+    ValueError, one line: the required fields given nowhere, with the variables to set, or a
+    variable whose value its field refuses (`LLM_ASSETS_OPENAI_MAX_CONCURRENCY='lots': Input
+    should be a valid integer, ...`); a field value out of range as `EngineConfig` says it."""
+    fields = config_cls.model_fields
+    values = dict(given)
+    env = {name: os.environ.get(prefix + name.upper()) for name in from_env or fields}
+    env = {n: raw for n, raw in env.items() if raw not in (None, "") and n not in values}
+    missing = [
+        name
+        for name, satisfied_by in required.items()
+        if not any(values.get(n) or n in env for n in (name, *satisfied_by))
+    ]
+    if missing:
+        what = " and ".join(missing)
+        variables = " and ".join(prefix + name.upper() for name in missing)
+        engine = prefix.removeprefix("LLM_ASSETS_").removesuffix("_").lower()
+        raise ValueError(
+            f"the {engine} engine needs {what}: set {variables} (or {what} in the "
+            "resource's config)"
+        )
+    for name, raw in env.items():
+        field = fields[name]
+        try:  # the field's type and bounds, so that a bad variable is named
+            kind = field.annotation
+            adapter = TypeAdapter(Annotated[kind, *field.metadata] if field.metadata else kind)
+            values[name] = adapter.validate_python(raw)
+        except ValidationError as e:
+            raise ValueError(f"{prefix}{name.upper()}={raw!r}: {e.errors()[0]['msg']}") from None
+    return config_cls(**values)
 
 
 class LLMEngineResource(dg.ConfigurableResource, ABC):
@@ -91,14 +142,33 @@ class SimulatedEngineResource(LLMEngineResource, SimulatedEngineConfig):
         return SimulatedEngine(config=SimulatedEngineConfig.of(self))
 
 
+VLLM_ENV_PREFIX = "LLM_ASSETS_VLLM_"
+"""`VLLMEngineResource.model` left unset in config is read from `LLM_ASSETS_VLLM_MODEL` when
+the engine is built. (Only the model: Dagster fills in the default of a choice field such as
+`scheduling_policy`, so a variable could never override it.)"""
+
+
 class VLLMEngineResource(LLMEngineResource, VLLMEngineConfig):
     """In-process vLLM (`pip install -e '.[vllm]'`); the model loads on the first `run`.
-    Its fields are `VLLMEngineConfig`'s (`resources.engine_config`)."""
+    Its fields are `VLLMEngineConfig`'s (`resources.engine_config`); `model`, when not set in
+    config or code, is read from `LLM_ASSETS_VLLM_MODEL` when the engine is built."""
+
+    model: str | None = None  # type: ignore[assignment]
+    """Weights path or model id (required: here or in LLM_ASSETS_VLLM_MODEL)."""
+
+    def settings(self) -> VLLMEngineConfig:
+        """The engine's config: fields set in config or code, else their environment
+        variable, else the default (`settings_from_env`)."""
+        given = self.model_dump(
+            include=self.model_fields_set & VLLMEngineConfig.model_fields.keys()
+        )
+        required = {"model": ()}
+        return settings_from_env(VLLMEngineConfig, given, VLLM_ENV_PREFIX, required, ["model"])
 
     def build_engine(self) -> LLMEngine:
         from resources.vllm_engine import VLLMEngine
 
-        return VLLMEngine(config=VLLMEngineConfig.of(self))
+        return VLLMEngine(config=self.settings())
 
 
 OPENAI_ENV_PREFIX = "LLM_ASSETS_OPENAI_"
@@ -133,27 +203,13 @@ class OpenAIEngineResource(LLMEngineResource, OpenAIEngineConfig):
 
     def settings(self) -> OpenAIEngineConfig:
         """The engine's config: fields set in config or code, else their environment
-        variable, else the default. ValueError names a missing URL/model or a bad variable."""
-        fields = OpenAIEngineConfig.model_fields
-        values = self.model_dump(include=self.model_fields_set & fields.keys())
-        env = {name: os.environ.get(OPENAI_ENV_PREFIX + name.upper()) for name in fields}
-        env = {n: raw for n, raw in env.items() if raw not in (None, "") and n not in values}
-        for name in ("base_url", "model"):
-            if not values.get(name) and name not in env:
-                raise ValueError(
-                    f"OpenAIEngineResource needs {name}: set it in config or in "
-                    f"{OPENAI_ENV_PREFIX}{name.upper()}"
-                )
-        for name, raw in env.items():
-            field = fields[name]
-            try:  # the field's type and bounds, so that a bad variable is named
-                kind = field.annotation
-                adapter = TypeAdapter(Annotated[kind, *field.metadata] if field.metadata else kind)
-                values[name] = adapter.validate_python(raw)
-            except ValidationError as e:
-                var = OPENAI_ENV_PREFIX + name.upper()
-                raise ValueError(f"{var}={raw!r}: {e.errors()[0]['msg']}") from None
-        return OpenAIEngineConfig(**values)
+        variable, else the default (`settings_from_env`: a URL, given as `base_url` or
+        `base_urls`, and a model are required)."""
+        given = self.model_dump(
+            include=self.model_fields_set & OpenAIEngineConfig.model_fields.keys()
+        )
+        required = {"base_url": ("base_urls",), "model": ()}
+        return settings_from_env(OpenAIEngineConfig, given, OPENAI_ENV_PREFIX, required)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         from resources.openai_wire import split_url_credentials
@@ -203,3 +259,28 @@ class ResponseCacheResource(dg.ConfigurableResource):
         from resources.response_cache import ResponseCache
 
         return ResponseCache(self.path) if self.enabled else ResponseCache.disabled()
+
+
+ENGINE_KINDS = ("sim", "vllm", "openai")
+"""The engines `engine_resource` builds: `LLM_ASSETS_ENGINE` and `llm-assets run --engine`."""
+
+
+def engine_resource(kind: str, **fields) -> LLMEngineResource:
+    """The engine resource of `kind` (`ENGINE_KINDS`) with `fields` set in code: the one way
+    from the environment to an engine, which the code location binds
+    (`llm_assets.default_resources`) and `llm-assets run --engine KIND` builds. OpenAI
+    options not in `fields` (nor in run config) come from `LLM_ASSETS_OPENAI_<OPTION>`, vLLM's
+    model from `LLM_ASSETS_VLLM_MODEL`, when the engine is built; the simulated engine reads
+    no variable.
+
+    >>> type(engine_resource("openai")).__name__
+    'OpenAIEngineResource'
+    """
+    classes = {
+        "sim": SimulatedEngineResource,
+        "vllm": VLLMEngineResource,
+        "openai": OpenAIEngineResource,
+    }
+    if kind not in classes:
+        raise ValueError(f"unknown engine {kind!r}; expected one of {list(ENGINE_KINDS)}")
+    return classes[kind](**fields)

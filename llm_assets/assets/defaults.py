@@ -5,11 +5,13 @@ sim by default): what the code location (`jobs/`) binds, and what a hand-written
     defs = llm_query_assets("my_reviews", SQL, sources={"reviews": "reviews.tsv"})
     dg.materialize([*defs.assets, *defs.asset_checks], resources=default_resources("sim"))
 
-Secrets and endpoints come through `dg.EnvVar` (read when a run starts, never at import):
+The engine comes from `resources.llm_resources.engine_resource`, the one way from the
+environment to an engine (`llm-assets run` takes it too); endpoints and secrets are read when
+a run starts, never at import:
 - vllm: LLM_ASSETS_VLLM_MODEL (weights path or model id);
 - openai: LLM_ASSETS_OPENAI_BASE_URL, LLM_ASSETS_OPENAI_MODEL, LLM_ASSETS_OPENAI_API_KEY
   (optional: a keyless local server needs none) and LLM_ASSETS_OPENAI_<OPTION> for any
-  tuning option of `OpenAIEngineResource`, all read when a run starts.
+  tuning option of `OpenAIEngineResource`.
 """
 
 import os
@@ -20,16 +22,15 @@ from llm_assets.assets.options import QueryOptionsResource
 from resources.expectations import GXValidator
 from resources.home import llm_assets_home
 from resources.llm_resources import (
+    ENGINE_KINDS,
     LLMEngineResource,
-    OpenAIEngineResource,
     ResponseCacheResource,
-    SimulatedEngineResource,
-    VLLMEngineResource,
+    engine_resource,
 )
 from resources.tracking import MLflowTracker
 from resources.warehouse import warehouse_io_manager
 
-ENVIRONMENTS = ("sim", "vllm", "openai")
+ENVIRONMENTS = ENGINE_KINDS
 
 
 def get_environment() -> str:
@@ -41,13 +42,10 @@ def get_environment() -> str:
 
 
 def engine_for(env: str) -> LLMEngineResource:
-    if env == "vllm":
-        return VLLMEngineResource(model=dg.EnvVar("LLM_ASSETS_VLLM_MODEL"))
-    if env == "openai":
-        # every option (URL, model, key, tuning) falls back to LLM_ASSETS_OPENAI_<OPTION>
-        # when the run starts, so run config may set any one of them alone
-        return OpenAIEngineResource()
-    return SimulatedEngineResource()
+    """The engine resource of environment `env`: vLLM's model and every OpenAI option (URL,
+    model, key, tuning) fall back to their `LLM_ASSETS_<ENGINE>_<OPTION>` variable when the
+    run starts, so run config may set any one of them alone."""
+    return engine_resource(env)
 
 
 def default_resources(engine: str | None = None) -> dict:
