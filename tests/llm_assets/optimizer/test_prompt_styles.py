@@ -15,8 +15,8 @@ from llm_assets.optimizer import reorder
 from llm_assets.optimizer.prompts import PromptFormat, parse, render_prompts
 from llm_assets.optimizer.table import encode
 from llm_assets.pipeline.options import QueryOptions
-from llm_assets.pipeline.plan import first_prompt
-from llm_assets.pipeline.run import plan_stage, run_query
+from llm_assets.pipeline.plan import first_prompt, plan_stage
+from llm_assets.pipeline.run import run_query
 from llm_assets.sql import compile_sql
 from resources.sim.engine import SimulatedEngine
 
