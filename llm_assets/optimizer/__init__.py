@@ -1,6 +1,9 @@
-"""Pure optimizer passes: reorder rows and fields for prefix caching, dedup, metrics.
+"""Pure optimizer: reorder rows and fields for prefix caching, dedup, prompts, metrics.
 
-`reorder(table, fields, method)` is the one entry point the CLI, assets and benchmarks use.
+One LLM stage is planned by the rules of `optimizer.passes` (`optimize(plan, settings,
+rules=RULES)`: nulls, dedup, reorder, render, context fit), which the pipeline, the CLI and
+the benchmarks all use; `reorder(table, fields, method)` is the row/field order those rules
+(and the reorder benchmarks) call.
 """
 
 from __future__ import annotations

@@ -21,14 +21,27 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from llm_assets.optimizer.passes.plan import (
+    CONTEXT_POLICIES,
+    NULL_POLICIES,
+    ContextPolicy,
+    NullPolicy,
+)
+
 Method = Literal["original", "column_stats", "ggr"]
-NullPolicy = Literal["skip", "empty", "fail"]
-ContextPolicy = Literal["fail", "truncate"]
 PromptStyle = Literal["named", "values", "inline"]
 Retriever = Literal["tfidf", "embedding"]
 
-NULL_POLICIES: tuple[str, ...] = NullPolicy.__args__
-CONTEXT_POLICIES: tuple[str, ...] = ContextPolicy.__args__
+__all__ = [
+    "CONTEXT_POLICIES",
+    "NULL_POLICIES",
+    "ContextPolicy",
+    "Method",
+    "NullPolicy",
+    "PromptStyle",
+    "QueryOptions",
+    "Retriever",
+]
 
 
 class QueryOptions(BaseModel):

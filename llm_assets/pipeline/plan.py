@@ -8,19 +8,12 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from llm_assets.optimizer import encode, reorder
-from llm_assets.optimizer.dedup import dedup_rows
-from llm_assets.optimizer.prompts import PromptFormat, fit_row, parse, render_prompts
-from llm_assets.optimizer.table import EncodedTable
-from llm_assets.pipeline.options import CONTEXT_POLICIES, NULL_POLICIES, QueryOptions
+from llm_assets.optimizer.passes import RULES, Rule, Settings, StagePlan, dedup, optimize
+from llm_assets.optimizer.prompts import PromptFormat, parse
+from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.rows import INPUT, ROW
 from llm_assets.query import LLMCall, LLMQuery, bare_name
 from resources.engine import LLMEngine
-
-TOO_LONG_HINT = {
-    "fail": "use 'truncate' to cut the longest field",
-    "truncate": "even with the longest field cut to nothing it does not fit",
-}
 
 
 def placeholder_columns(query: LLMQuery, call: LLMCall, frame: pd.DataFrame) -> dict[str, list]:
@@ -41,36 +34,44 @@ def placeholder_columns(query: LLMQuery, call: LLMCall, frame: pd.DataFrame) -> 
     return out
 
 
+def _deduped_frame(rows: pd.DataFrame, stage: StagePlan) -> pd.DataFrame:
+    out = rows.copy()
+    out["_skip"] = pd.Series(list(stage.skipped()), index=out.index, dtype=object)
+    out[INPUT] = stage.ids()
+    return out
+
+
+def _request_plan_frame(stage: StagePlan, relquery: str) -> pd.DataFrame:
+    if not stage.prompts:
+        names = ["position", INPUT, "request_id", "prompt", "field_order", "truncated", "error"]
+        return pd.DataFrame({c: [] for c in names})
+    ids = np.unique(stage.ids()[stage.ids() >= 0])[stage.schedule.rows]
+    return pd.DataFrame(
+        {
+            "position": np.arange(len(stage.schedule), dtype=np.int64),
+            INPUT: ids,
+            "request_id": [f"{relquery}:{i}" for i in ids],
+            "prompt": list(stage.prompts),
+            "field_order": [",".join(fields) for _, fields in stage.schedule],
+            "truncated": list(stage.truncated),
+            "error": list(stage.errors),
+        }
+    )
+
+
+_AFTER_DEDUP = RULES.index(dedup) + 1
+"""`run_dedup` applies the rules up to dedup, `run_plan` the rest: together, `RULES`."""
+
+
 def run_dedup(
     rows: pd.DataFrame, fields: list[str], dedup: bool, null_policy: str = "skip"
 ) -> pd.DataFrame:
     """`rows` with `_input_id` (equal for rows whose LLM inputs are equal when `dedup`,
-    else one per row) and `_skip` (reason, or None). Skipped rows get `_input_id` -1."""
-    if null_policy not in NULL_POLICIES:
-        raise ValueError(f"unknown null policy {null_policy!r}; expected one of {NULL_POLICIES}")
-    out = rows.copy()
-    skip = pd.Series([None] * len(out), index=out.index, dtype=object)
-    if null_policy != "empty":
-        for field in fields:
-            nulls = out[field].isna()
-            if null_policy == "fail" and nulls.any():
-                first = int(out.loc[nulls, ROW].iloc[0])
-                raise ValueError(
-                    f"LLM field {field!r} is null in {int(nulls.sum())} row(s) (first: row "
-                    f"{first}); set null_policy to 'skip' or 'empty' to handle them"
-                )
-            skip = skip.where(~(nulls & skip.isna()), f"null in LLM field {field!r}")
-    out["_skip"] = skip
-    ids = np.full(len(out), -1, dtype=np.int64)
-    live = skip.isna().to_numpy()
-    if live.any():
-        live_rows = out.loc[live, fields].reset_index(drop=True)
-        if dedup:
-            ids[live] = dedup_rows(live_rows).inverse
-        else:
-            ids[live] = np.arange(int(live.sum()))
-    out[INPUT] = ids
-    return out
+    else one per row) and `_skip` (reason, or None). Skipped rows get `_input_id` -1.
+    The optimizer rules up to `dedup` (`optimizer.passes`)."""
+    settings = Settings(dedup=dedup, null_policy=null_policy)
+    stage = StagePlan(rows, tuple(fields), None, row_ids=rows[ROW].to_numpy())
+    return _deduped_frame(rows, optimize(stage, settings, RULES[:_AFTER_DEDUP]))
 
 
 def prompt_format(
@@ -104,53 +105,22 @@ def run_plan(
     (`placeholder_columns`; by default each placeholder is the column of its name).
 
     With `max_prompt_tokens`, a longer prompt either has its longest field cut to fit (marked,
-    `truncated`; `context_policy="truncate"`) or gets an `error` and is never sent ("fail")."""
-    if context_policy not in CONTEXT_POLICIES:
-        raise ValueError(
-            f"unknown context policy {context_policy!r}; expected one of {CONTEXT_POLICIES}"
-        )
-    live = deduped[deduped[INPUT] >= 0]
-    firsts = live.drop_duplicates(INPUT).sort_values(INPUT)
-    inputs = firsts[fields].reset_index(drop=True)
-    fmt = prompt_format(call, style, system, columns)
-    if len(inputs) == 0:
-        names = ["position", INPUT, "request_id", "prompt", "field_order", "truncated", "error"]
-        return pd.DataFrame({c: [] for c in names})
-    enc: EncodedTable = encode(inputs, fmt.column_order(fields))
-    schedule = reorder(enc, method=method, fixed_fields=not fmt.reorders_fields)
-    prompts = render_prompts(enc, schedule, fmt)
-    truncated = [False] * len(prompts)
-    errors: list[str | None] = [None] * len(prompts)
-    if max_prompt_tokens is not None and count_tokens is not None:
-        index = {f: j for j, f in enumerate(enc.fields)}
-        for k, (prompt, (row, order)) in enumerate(zip(prompts, schedule, strict=True)):
-            n_tokens = count_tokens(prompt)
-            if n_tokens <= max_prompt_tokens:
-                continue
-            values = [enc.cell(row, index[f]) for f in order]
-            fitted = None
-            if context_policy == "truncate":
-                fitted = fit_row(fmt, order, values, count_tokens, max_prompt_tokens)
-            if fitted is None:
-                hint = TOO_LONG_HINT[context_policy]
-                errors[k] = (
-                    f"prompt has {n_tokens} tokens, over the {max_prompt_tokens} the context "
-                    f"window leaves (context_policy={context_policy!r}; {hint})"
-                )
-            else:
-                prompts[k], truncated[k] = fitted, True
-    input_ids = firsts[INPUT].to_numpy()[schedule.rows]
-    return pd.DataFrame(
-        {
-            "position": np.arange(len(schedule), dtype=np.int64),
-            INPUT: input_ids,
-            "request_id": [f"{relquery}:{i}" for i in input_ids],
-            "prompt": prompts,
-            "field_order": [",".join(fields) for _, fields in schedule],
-            "truncated": truncated,
-            "error": errors,
-        }
+    `truncated`; `context_policy="truncate"`) or gets an `error` and is never sent ("fail").
+    The optimizer rules after `dedup` (`optimizer.passes`), over `run_dedup`'s output."""
+    settings = Settings(
+        method=method,
+        max_prompt_tokens=max_prompt_tokens,
+        count_tokens=count_tokens,
+        context_policy=context_policy,
     )
+    stage = StagePlan(
+        deduped,
+        tuple(fields),
+        prompt_format(call, style, system, columns),
+        skip=tuple(deduped["_skip"].tolist()),
+        input_ids=deduped[INPUT].to_numpy(),
+    )
+    return _request_plan_frame(optimize(stage, settings, RULES[_AFTER_DEDUP:]), relquery)
 
 
 def first_prompt(plan: pd.DataFrame) -> str | None:
@@ -187,26 +157,26 @@ def plan_stage(
     options: QueryOptions,
     engine: LLMEngine,
     relquery: str | None = None,
+    rules: Sequence[Rule] = RULES,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(deduped, request_plan) of one LLM call over its input rows (`stage_input`): exact
-    dedup, then the prompts in submission order fitted to the engine's context window.
-    `relquery` (default `relquery_id`) prefixes the request ids."""
+    """(deduped, request_plan) of one LLM call over its input rows (`stage_input`): the
+    optimizer `rules` (nulls, exact dedup, row/field reorder, prompts, context-window fit)
+    over one `StagePlan`. `relquery` (default `relquery_id`) prefixes the request ids."""
     columns = placeholder_columns(query, call, rows)
     fields = [c for cs in columns.values() for c in cs]
-    deduped = run_dedup(rows, fields, options.dedup, options.null_policy)
     max_tokens = call_max_tokens(call, options)
     limit, count_tokens = context_limit(engine, options, max_tokens)
-    plan = run_plan(
-        deduped,
-        call,
-        fields,
-        options.method,
-        options.prompt_style,
-        relquery or relquery_id(query, call),
-        options.system_prompt,
+    settings = Settings(
+        method=options.method,
+        dedup=options.dedup,
+        null_policy=options.null_policy,
         max_prompt_tokens=limit,
         count_tokens=count_tokens,
         context_policy=options.context_policy,
-        columns=columns,
     )
-    return deduped, plan
+    fmt = prompt_format(call, options.prompt_style, options.system_prompt, columns)
+    stage = StagePlan(rows, tuple(fields), fmt, row_ids=rows[ROW].to_numpy())
+    stage = optimize(stage, settings, rules)
+    return _deduped_frame(rows, stage), _request_plan_frame(
+        stage, relquery or relquery_id(query, call)
+    )
