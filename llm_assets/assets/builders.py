@@ -9,6 +9,7 @@ engine key), so one code location can run queries on different engines.
 """
 
 import time
+from collections.abc import Callable
 
 import dagster as dg
 import pandas as pd
@@ -22,7 +23,7 @@ from llm_assets.pipeline.plan import first_prompt, plan_stage, relquery_id
 from llm_assets.pipeline.results import accounting, row_counts, run_answer, run_result
 from llm_assets.pipeline.retrieval import retrieve
 from llm_assets.pipeline.rows import INPUT, SKIP, stage_input
-from llm_assets.pipeline.send import send_stage
+from llm_assets.pipeline.send import StageSend
 from llm_assets.pipeline.typecheck import check_predicates
 from llm_assets.query import LLMCall
 from llm_assets.query_sql import pre_llm_sql
@@ -247,9 +248,19 @@ def filter_order_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
 # ---- one LLM stage ------------------------------------------------------------------------
 
 
-def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
+def send(context: dg.AssetExecutionContext, stage: StageSend):
+    """The default `execute` of an LLM stage: `stage.send()` (`pipeline.send.send_stage`)."""
+    return stage.send()
+
+
+Execute = Callable[[dg.AssetExecutionContext, StageSend], tuple]
+"""How `llm_outputs` sends its stage: (context, StageSend) -> (outputs, outcome)."""
+
+
+def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall, execute: Execute = send) -> list:
     """deduped + request_plan (one multi-asset: both come from one planning pass) and
-    llm_outputs of LLM call k, with their checks."""
+    llm_outputs of LLM call k, with their checks. `llm_outputs` sends through `execute`
+    (`LLMQueryComponent.execute`; by default `send`)."""
     s = qdef.stage_suffix(k)
     engine_key = qdef.engine_key
     what = f"LLM stage {k + 1} (its call: {ORDER})" if qdef.reorders_filters else call.name
@@ -354,7 +365,7 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
             )
             context.add_output_metadata(meta)
 
-        outputs, _ = send_stage(
+        stage = StageSend(
             engine_resource.engine,
             relquery,
             plan,
@@ -364,6 +375,7 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
             progress=progress,
             report=report,
         )
+        outputs, _ = execute(context, stage)
         return outputs
 
     return [plan, llm_outputs, *checks.stage_checks(qdef, k, call)]

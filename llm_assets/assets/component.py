@@ -47,6 +47,12 @@ see `{{ stage }}`, the asset's name in the query, and `{{ spec }}`); dg's own
 
 Keys, deps, group, partitions and skippable are the lineage's: a translation that changes one
 is refused in one line naming the asset and the attribute.
+
+Subclassing, as `dagster-sling`'s component allows: `build_defs` is
+`build_lineage(query_definition(folder))`, and each `llm_outputs` asset sends its stage
+through `execute(context, stage)` (default `stage.send()`, the one stage runner); a subclass
+overrides any of the three (e.g. `execute` to wrap the send, log or post-process the answers)
+and names itself in `defs.yaml` (`type: my_project.components.MyQuery`).
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pandas as pd
 from dagster.components.scaffold.scaffold import ScaffoldRequest, scaffold_with
 from pydantic import Field
 
@@ -62,7 +69,9 @@ from llm_assets.assets.definition import LandingSpec, QueryDefinition
 from llm_assets.assets.factory import lineage
 from llm_assets.assets.translation import ResolvedTranslation
 from llm_assets.pipeline.options import QueryOptions
+from llm_assets.pipeline.send import StageSend
 from llm_assets.pipeline.sources import SourceSpec
+from resources.runner import RunOutcome
 
 YAML_NAMES = ("defs.yaml", "defs.yml", "component.yaml")
 """Where dg reads a component's YAML from, in its order."""
@@ -114,7 +123,9 @@ class LLMQueryComponent(dg.Component, dg.Model, dg.Resolvable):
         "templates see {{ stage }} (answer, llm_outputs, ...) and {{ spec }}.",
     )
 
-    def definition(self, folder: Path) -> QueryDefinition:
+    def query_definition(self, folder: Path) -> QueryDefinition:
+        """The declared query, its relative paths resolved against the component's folder."""
+
         def local(path: str) -> str:
             return path if Path(path).is_absolute() else str(folder / path)
 
@@ -139,10 +150,26 @@ class LLMQueryComponent(dg.Component, dg.Model, dg.Resolvable):
             description=self.description,
         )
 
+    def build_lineage(self, qdef: QueryDefinition) -> dg.Definitions:
+        """The query's assets, checks and sensor, with `translation` applied and every LLM
+        stage sent through `execute`."""
+        return lineage(qdef, self.translation, self.execute)
+
+    def execute(
+        self, context: dg.AssetExecutionContext, stage: StageSend
+    ) -> tuple[pd.DataFrame, RunOutcome]:
+        """Send one LLM stage (in its `llm_outputs` asset) and return (outputs, outcome).
+        Override to wrap it, as `dagster-sling`'s component lets a subclass override
+        `execute`: the default is `stage.send()` (the one stage runner, `send_stage`); an
+        override must return one output row per planned request."""
+        return stage.send()
+
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        """`build_lineage(query_definition(folder))`; a bad declaration is one ValueError line
+        naming the component's YAML file."""
         folder = Path(context.path)
         try:
-            return lineage(self.definition(folder), self.translation)
+            return self.build_lineage(self.query_definition(folder))
         except ValueError as exc:
             # one line naming the file; the chained traceback would only repeat it
             where = next((folder / n for n in YAML_NAMES if (folder / n).exists()), folder)

@@ -31,11 +31,16 @@ from llm_assets.assets.translation import TranslationArg, translate_assets
 from llm_assets.assets.validation import check_sources
 
 
-def lineage(qdef: QueryDefinition, translation: TranslationArg = None) -> dg.Definitions:
+def lineage(
+    qdef: QueryDefinition,
+    translation: TranslationArg = None,
+    execute: builders.Execute = builders.send,
+) -> dg.Definitions:
     """Every asset, check and sensor of one declared query, after `check_sources` (its files
     and DuckDB tables exist, have the columns the query reads, and its predicates run on
     their types: one ValueError line otherwise); `translation` customises the assets' specs
-    (`llm_assets.assets.translation`: tags, owners, kinds, automation condition, ...)."""
+    (`llm_assets.assets.translation`: tags, owners, kinds, automation condition, ...);
+    `execute` sends each LLM stage (`builders.send` by default)."""
     check_sources(qdef)
     defs: list = [
         builders.source_asset(qdef, table)
@@ -48,7 +53,7 @@ def lineage(qdef: QueryDefinition, translation: TranslationArg = None) -> dg.Def
     if qdef.reorders_filters:
         defs.append(builders.filter_order_asset(qdef))
     for k, call in enumerate(qdef.query.llm_calls):
-        defs += builders.stage_assets(qdef, k, call)
+        defs += builders.stage_assets(qdef, k, call, execute)
     defs += builders.result_assets(qdef)
     assets = [d for d in defs if not isinstance(d, dg.AssetChecksDefinition)]
     return dg.Definitions(

@@ -4,6 +4,7 @@ rows (`outputs_frame`), and the one stage runner every caller uses (`send_stage`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -91,3 +92,31 @@ def send_stage(
         report(outputs, outcome)
     raise_if_too_many_errors(outcome, options.max_error_rate)
     return outputs, outcome
+
+
+@dataclass(frozen=True)
+class StageSend:
+    """One planned LLM stage, ready to go: the arguments of `send_stage`. The component's
+    `execute` receives it (a subclass may wrap, change or replace the send)."""
+
+    engine: LLMEngine
+    relquery: str
+    plan: pd.DataFrame
+    call: LLMCall
+    options: QueryOptions
+    cache: object = None
+    progress: Progress | None = None
+    report: Callable[[pd.DataFrame, RunOutcome], None] | None = None
+
+    def send(self) -> tuple[pd.DataFrame, RunOutcome]:
+        """`send_stage` with these arguments."""
+        return send_stage(
+            self.engine,
+            self.relquery,
+            self.plan,
+            self.call,
+            self.options,
+            cache=self.cache,
+            progress=self.progress,
+            report=self.report,
+        )

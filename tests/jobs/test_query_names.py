@@ -29,7 +29,7 @@ def test_names_duckdb_keeps_are_refused_by_the_factory_and_the_component(name, t
     one_line(error, f"query name {name!r} is reserved", "temp")
     component = LLMQueryComponent(sql=SQL, sources=SOURCES, name=name)
     with pytest.raises(ValueError) as error:
-        component.definition(tmp_path)
+        component.query_definition(tmp_path)
     one_line(error, f"query name {name!r} is reserved")
 
 

@@ -34,10 +34,20 @@ def reviews(tmp_path) -> Path:
     return path
 
 
-def load(tmp_path, monkeypatch, reviews: Path, attributes: dict, **top) -> dg.Definitions:
+def load(
+    tmp_path,
+    monkeypatch,
+    reviews: Path,
+    attributes: dict,
+    component: str = "llm_assets.LLMQueryComponent",
+    module: str = "",
+    **top,
+) -> dg.Definitions:
     """The component folder `my_reviews/` (its `defs.yaml` and the CSV) loaded as
-    `dg check defs` loads it, in process."""
+    `dg check defs` loads it, in process. `module`: the source of the project's
+    `components.py` (a subclass `component` may name as `{package}.components.Name`)."""
     package = f"proj_{uuid.uuid4().hex[:8]}"
+    component = component.format(package=package)
     project = tmp_path / "proj"
     folder = project / "src" / package / "defs" / "my_reviews"
     folder.mkdir(parents=True)
@@ -47,9 +57,10 @@ def load(tmp_path, monkeypatch, reviews: Path, attributes: dict, **top) -> dg.De
     )
     for init in (project / "src" / package, folder.parent):
         (init / "__init__.py").write_text("")
+    (project / "src" / package / "components.py").write_text(module)
     (folder / "reviews.csv").write_bytes(reviews.read_bytes())
     body = {"sql": SQL, "sources": {"reviews": "reviews.csv"}, **attributes}
-    document = {"type": "llm_assets.LLMQueryComponent", "attributes": body, **top}
+    document = {"type": component, "attributes": body, **top}
     (folder / "defs.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
     monkeypatch.syspath_prepend(str(project / "src"))
     return dg.load_from_defs_folder(path_within_project=folder.parent)
@@ -223,3 +234,35 @@ def test_factory_translation_cannot_move_an_asset(reviews, translation, refused)
     message = str(raised.value)
     assert "\n" not in message and message.startswith("query 'q': "), message
     assert refused in message, message
+
+
+SUBCLASS = """
+import llm_assets
+
+
+class Shouting(llm_assets.LLMQueryComponent):
+    \"\"\"Sends each stage as the base class does, then upper-cases its answers.\"\"\"
+
+    def execute(self, context, stage):
+        context.log.info(f"shouting {stage.relquery}: {len(stage.plan)} requests")
+        outputs, outcome = super().execute(context, stage)
+        return outputs.assign(answer=outputs["answer"].str.upper()), outcome
+"""
+
+
+def test_a_subclass_overrides_execute_as_dagster_sling_allows(tmp_path, monkeypatch, reviews):
+    """`execute` is the seam a subclass overrides (issue 23 item 6): the lineage, its checks
+    and the MLflow run are the base class's; every LLM stage goes through the override."""
+    component = "{package}.components.Shouting"
+    defs = load(tmp_path, monkeypatch, reviews, {}, component=component, module=SUBCLASS)
+    assert_lineage_intact(defs, "my_reviews")
+    monkeypatch.setenv("LLM_ASSETS_HOME", str(tmp_path / "home"))
+    result = dg.materialize(
+        [a for a in defs.assets if isinstance(a, dg.AssetsDefinition)],
+        resources=resources_for("sim"),
+        selection=None,
+    )
+    assert result.success
+    outputs = result.output_for_node("my_reviews__llm_outputs")
+    assert len(outputs) == 2 and (outputs["answer"] == outputs["answer"].str.upper()).all()
+    assert outputs["answer"].str.len().gt(0).all()
