@@ -1,0 +1,436 @@
+"""The clause handlers of the LLM-SQL compiler (`llm_assets.sql` is the entry and documents
+the language): FROM and JOIN sources, WHERE predicates and LLM filters, SELECT columns, LLM
+calls and aggregates, GROUP BY, and each `LLM(...)` call with its `similarity_search`
+retrievals.
+
+`Compiler` collects the sources, the LLM calls (numbered in the order compiled: WHERE before
+SELECT) and the retrievals of one query while its clauses are compiled; every rejection is a
+`SQLError` naming the clause, its LLM calls shown as `LLM(...)` (`show`). Columns are read
+from the parsed tree and qualified as `alias.column` (`Compiler.qualify`); names are checked
+by `llm_assets.sql_ast` before they enter the model.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from llm_assets.query import (
+    Aggregate,
+    AggregateItem,
+    Join,
+    LLMCall,
+    LLMFilter,
+    Predicate,
+    Retrieval,
+    Source,
+)
+from llm_assets.sql_ast import alias_problem, check_name, column_problem, table_problem
+from llm_assets.sql_outputs import Implied, resolve, split_options
+
+DEFAULT_K = 3
+"""`similarity_search` k when not given."""
+
+LLM_FUNCTION = "LLM"
+SEARCH_FUNCTION = "SIMILARITY_SEARCH"
+AGGREGATES: dict[type[exp.Expression], str] = {
+    exp.Avg: "AVG",
+    exp.Sum: "SUM",
+    exp.Count: "COUNT",
+    exp.Min: "MIN",
+    exp.Max: "MAX",
+}
+ACCEPTED_AGGREGATES = (
+    "AVG/SUM/COUNT/MIN/MAX(LLM(...)) and COUNT(*) are supported, with or without GROUP BY"
+)
+
+
+class SQLError(ValueError):
+    """LLM-SQL that cannot be compiled; the message names the offending clause."""
+
+
+def _is_call(node: exp.Expression, name: str) -> bool:
+    return isinstance(node, exp.Anonymous) and str(node.name).upper() == name
+
+
+def _is_llm(node: exp.Expression) -> bool:
+    return _is_call(node, LLM_FUNCTION)
+
+
+def _has_llm(node: exp.Expression) -> bool:
+    return any(_is_llm(n) for n in node.walk())
+
+
+def _name(kind: str, value: str, problem, clause: str) -> str:
+    """`value` if it is an acceptable name of this kind, else SQLError naming it."""
+    try:
+        return check_name(kind, value, problem)
+    except ValueError as exc:
+        raise SQLError(f"{exc} (in {clause})") from exc
+
+
+def show(node: exp.Expression) -> str:
+    """The clause as DuckDB SQL, each LLM call inside it shortened to `LLM(...)` (a clause that
+    is itself one LLM call is shown whole)."""
+    copy = node.copy()
+    for n in list(copy.find_all(exp.Anonymous)):
+        if _is_llm(n):
+            n.replace(exp.Anonymous(this=LLM_FUNCTION, expressions=[exp.var("...")]))
+    return copy.sql(dialect="duckdb")
+
+
+@dataclass
+class Compiler:
+    name: str
+    sources: list[Source] = field(default_factory=list)
+    calls: list[LLMCall] = field(default_factory=list)
+    retrievals: dict[str, Retrieval] = field(default_factory=dict)
+
+    # ---- columns ------------------------------------------------------------------------
+
+    def aliases(self) -> list[str]:
+        return [s.alias for s in self.sources]
+
+    def qualify(self, col: exp.Column, clause: str, where: exp.Expression) -> str:
+        """`alias.column` for a column reference, resolving an unqualified one when the query
+        has a single source."""
+        if col.args.get("db") or col.args.get("catalog"):
+            raise SQLError(f"unsupported column {col.sql()} in {clause}: {show(where)}")
+        _name("column name", col.name, column_problem, clause)
+        if col.table:
+            if col.table not in self.aliases():
+                raise SQLError(
+                    f"unknown alias {col.table!r} in {clause}: {show(where)}; "
+                    f"sources: {self.aliases()}"
+                )
+            return f"{col.table}.{col.name}"
+        if len(self.sources) == 1:
+            return f"{self.sources[0].alias}.{col.name}"
+        raise SQLError(
+            f"unqualified column {col.name!r} in {clause}: {show(where)}; "
+            f"qualify it with one of {self.aliases()}"
+        )
+
+    # ---- FROM / JOIN ----------------------------------------------------------------------
+
+    def source(self, node: exp.Expression, clause: str) -> Source:
+        if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
+            raise SQLError(f"unsupported in {clause}: {show(node)} (only table names)")
+        table = ".".join(p for p in (node.catalog, node.db, node.name) if p)
+        alias = node.args.get("alias")
+        if alias is not None and alias.columns:
+            raise SQLError(f"unsupported in {clause}: {show(node)} (column aliases on a table)")
+        _name("table name", table, table_problem, clause)
+        return Source(_name("source alias", node.alias_or_name, alias_problem, clause), table)
+
+    def joins(self, select: exp.Select) -> list[Join]:
+        out: list[Join] = []
+        for j in select.args.get("joins") or []:
+            if j.side or j.kind not in ("", "INNER") or j.args.get("using") or not j.args.get("on"):
+                raise SQLError(
+                    f"unsupported in JOIN: {show(j).strip()} (only INNER JOIN ... ON a.x = b.y)"
+                )
+            self.sources.append(self.source(j.this, "JOIN"))
+            on = j.args["on"]
+            for cond in _conjuncts(on):
+                if _has_llm(cond):
+                    raise SQLError(
+                        f"unsupported in JOIN ON: {show(cond)} (LLM calls are not allowed "
+                        f"in join conditions; move them to WHERE)"
+                    )
+                if not (
+                    isinstance(cond, exp.EQ)
+                    and isinstance(cond.this, exp.Column)
+                    and isinstance(cond.expression, exp.Column)
+                ):
+                    raise SQLError(
+                        f"unsupported in JOIN ON: {show(cond)} (only equalities of two "
+                        f"columns, alias.x = alias.y, joined by AND)"
+                    )
+                left = self.qualify(cond.this, "JOIN ON", cond).split(".", 1)
+                right = self.qualify(cond.expression, "JOIN ON", cond).split(".", 1)
+                try:
+                    out.append(Join(left[0], left[1], right[0], right[1]))
+                except ValueError as exc:
+                    raise SQLError(f"unsupported in JOIN ON: {show(cond)} ({exc})") from exc
+        return out
+
+    # ---- LLM calls -------------------------------------------------------------------------
+
+    def llm_call(
+        self,
+        node: exp.Anonymous,
+        clause: str,
+        where: exp.Expression,
+        name: str | None,
+        implied: Implied,
+    ) -> LLMCall:
+        """Compile one `LLM(...)` whose place in the query implies `implied`."""
+        ctx = f"in {clause}: {show(where)}"
+        args = list(node.expressions)
+        if not args or not (isinstance(args[0], exp.Literal) and args[0].is_string):
+            got = show(args[0]) if args else "nothing"
+            raise SQLError(
+                f"the first argument of LLM must be a string literal template, got {got} {ctx}"
+            )
+        template = args[0].this
+        try:
+            parsed = list(string.Formatter().parse(template))
+        except ValueError as exc:
+            raise SQLError(f"malformed LLM template {template!r} ({exc}) {ctx}") from exc
+        placeholders = list(dict.fromkeys(p for _, p, _, _ in parsed if p is not None))
+        try:
+            positional, options = split_options(args[1:])
+        except ValueError as exc:
+            raise SQLError(f"{exc} {ctx}") from exc
+        columns: list[str | None] = []
+        searches: list[exp.Anonymous] = []
+        for arg in positional:
+            if isinstance(arg, exp.Column):
+                columns.append(self.qualify(arg, clause, where))
+            elif _is_call(arg, SEARCH_FUNCTION):
+                columns.append(None)
+                searches.append(arg)
+            else:
+                raise SQLError(
+                    f"unsupported LLM argument {show(arg)} {ctx} (arguments after the template "
+                    f"are columns or similarity_search(column, k => n), then options)"
+                )
+        if not columns:
+            raise SQLError(f"LLM call passes no column after its template {ctx}")
+        bound = {c.split(".", 1)[1] for c in columns if c is not None}
+        unbound = [p for p in placeholders if p not in bound]
+        names = self.search_names(searches, unbound, ctx)
+        unbound = [p for p in unbound if p not in names]
+        if unbound:
+            raise SQLError(
+                f"LLM template names placeholder {unbound[0]!r} that is not among its arguments "
+                f"{sorted(bound | set(names))} {ctx}"
+            )
+        fields = []
+        it = iter(names)
+        for col in columns:
+            fields.append(col if col is not None else next(it))
+        try:
+            output, max_tokens = resolve(implied, template, options)
+        except ValueError as exc:
+            raise SQLError(f"{exc} {ctx}") from exc
+        try:
+            call = LLMCall(
+                name or f"llm_{len(self.calls) + 1}", template, tuple(fields), output, max_tokens
+            )
+        except ValueError as exc:
+            raise SQLError(f"{exc} {ctx}") from exc
+        self.calls.append(call)
+        return call
+
+    def search_names(
+        self, searches: list[exp.Anonymous], unbound: list[str], ctx: str
+    ) -> list[str]:
+        """Compile the similarity_search arguments of one LLM call into retrievals; returns
+        their names (the placeholders they fill), in argument order."""
+        free = list(unbound)
+        names = []
+        for node in searches:
+            query, k, corpus = None, DEFAULT_K, None
+            for i, arg in enumerate(node.expressions):
+                key = (
+                    arg.this.name.lower()
+                    if isinstance(arg, exp.Kwarg)
+                    else ("query", "k")[min(i, 1)]
+                )
+                value = arg.expression if isinstance(arg, exp.Kwarg) else arg
+                if key == "query" and isinstance(value, exp.Column) and i == 0:
+                    query = self.qualify(value, "similarity_search", node)
+                elif key == "k" and isinstance(value, exp.Literal) and not value.is_string:
+                    k = int(value.this)
+                elif key == "corpus" and isinstance(value, exp.Column):
+                    corpus = self.qualify(value, "similarity_search", node)
+                else:
+                    raise SQLError(
+                        f"unsupported similarity_search argument {show(arg)} {ctx} "
+                        f"(write similarity_search(column, k => n[, corpus => alias.column]))"
+                    )
+            if query is None:
+                raise SQLError(f"similarity_search needs a query column first {ctx}")
+            if not free:
+                raise SQLError(
+                    f"{show(node)} fills no template placeholder {ctx}: every placeholder is "
+                    f"bound to a column argument; name the retrieved field in the template"
+                )
+            name = free.pop(0)
+            if corpus is None:
+                corpus = f"{query.split('.', 1)[0]}.{name}"
+            try:
+                retrieval = Retrieval(name, query, k, corpus)
+            except ValueError as exc:
+                raise SQLError(f"{exc} {ctx}") from exc
+            known = self.retrievals.get(name)
+            if known is not None and known != retrieval:
+                raise SQLError(f"two different retrievals fill {name!r}: {known}, {retrieval}")
+            self.retrievals[name] = retrieval
+            names.append(name)
+        return names
+
+    # ---- WHERE -------------------------------------------------------------------------------
+
+    def where(self, select: exp.Select) -> tuple[list[Predicate], list[LLMFilter]]:
+        predicates: list[Predicate] = []
+        filters: list[LLMFilter] = []
+        node = select.args.get("where")
+        if node is None:
+            return predicates, filters
+        for cond in _conjuncts(node.this):
+            if not _has_llm(cond):
+                predicates.append(self.predicate(cond))
+                continue
+            llm, literal, op = _llm_comparison(cond)
+            if llm is None:
+                raise SQLError(
+                    f"unsupported in WHERE: {show(cond)} (an LLM call in WHERE must be a "
+                    f"top-level AND conjunct of the form LLM(...) = 'literal')"
+                )
+            call = self.llm_call(llm, "WHERE", cond, None, Implied.choice(literal, show(cond)))
+            filters.append(LLMFilter(call.name, op, literal))
+        return predicates, filters
+
+    def predicate(self, cond: exp.Expression) -> Predicate:
+        bad = next(
+            (
+                n
+                for n in cond.walk()
+                if isinstance(n, exp.AggFunc)
+                or _is_call(n, SEARCH_FUNCTION)
+                or isinstance(n, exp.Window)
+            ),
+            None,
+        )
+        if bad is not None:
+            raise SQLError(f"unsupported in WHERE: {show(cond)} ({bad.sql()} is not allowed here)")
+        unknown = next((n for n in cond.walk() if isinstance(n, exp.Anonymous)), None)
+        if unknown is not None:
+            raise SQLError(
+                f"unknown function {unknown.name}(...) in WHERE: {show(cond)}; "
+                "predicates may use DuckDB's built-in functions only"
+            )
+        copy = cond.copy()
+        columns = []
+        for col in list(copy.find_all(exp.Column)):
+            q = self.qualify(col, "WHERE", cond)
+            columns.append(q)
+            alias, name = q.split(".", 1)
+            col.set("table", exp.to_identifier(alias))
+        return Predicate(copy.sql(dialect="duckdb"), tuple(dict.fromkeys(columns)))
+
+    # ---- SELECT -------------------------------------------------------------------------------
+
+    def select(self, select: exp.Select) -> tuple[list[str], Aggregate | None, list[str]]:
+        projection: list[str] = []
+        aggregated: list[tuple[int, str, exp.Anonymous | None, exp.Expression, str | None]] = []
+        for item in select.expressions:
+            alias = item.alias if isinstance(item, exp.Alias) else None
+            node = item.this if isinstance(item, exp.Alias) else item
+            if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
+                if alias is not None:
+                    raise SQLError(
+                        f"unsupported in SELECT: {show(item)} (aliases on plain columns are "
+                        f"not supported; write {node.sql()})"
+                    )
+                projection.append(self.qualify(node, "SELECT", item))
+            elif _is_llm(node):
+                call = self.llm_call(node, "SELECT", item, alias, Implied.nothing())
+                projection.append(call.name)
+            elif _is_llm_aggregate(node):
+                if any(call is not None for _, _, call, _, _ in aggregated):
+                    raise SQLError(
+                        f"unsupported in SELECT: {show(item)} (only one aggregate per query "
+                        f"reads an LLM call, AVG/SUM/COUNT/MIN/MAX(LLM(...)); COUNT(*) may "
+                        f"stand beside it)"
+                    )
+                aggregated.append((len(projection), AGGREGATES[type(node)], node.this, item, alias))
+                projection.append("")  # placeholder, filled with the aggregate alias below
+            elif _is_count_star(node):
+                aggregated.append((len(projection), "COUNT", None, item, alias))
+                projection.append("")
+            else:
+                why = (
+                    "an LLM call may appear bare, aliased, or as the only argument of "
+                    f"AVG/SUM/COUNT/MIN/MAX; {ACCEPTED_AGGREGATES}"
+                    if _has_llm(node)
+                    else f"only columns, LLM(...), {ACCEPTED_AGGREGATES}"
+                )
+                raise SQLError(f"unsupported in SELECT: {show(item)} ({why})")
+        group = select.args.get("group")
+        group_by: list[str] = []
+        if group is not None:
+            for g in group.expressions:
+                if not isinstance(g, exp.Column):
+                    raise SQLError(f"unsupported in GROUP BY: {show(g)} (only columns)")
+                group_by.append(self.qualify(g, "GROUP BY", g))
+            if not aggregated:
+                raise SQLError(
+                    f"unsupported GROUP BY {show(group)} without "
+                    f"AVG/SUM/COUNT/MIN/MAX(LLM(...)) or COUNT(*) in SELECT"
+                )
+        if not aggregated:
+            return projection, None, group_by
+        items = []
+        for position, function, node, item, alias in aggregated:
+            if node is None:
+                name = alias or "count_star"
+            else:
+                implied = Implied.nothing() if function == "COUNT" else Implied.number(show(item))
+                call = self.llm_call(node, "SELECT", item, None, implied)
+                name = alias or f"{function.lower()}_{call.name}"
+            try:
+                items.append(AggregateItem(function, None if node is None else call.name, name))
+            except ValueError as exc:
+                raise SQLError(f"{exc} in SELECT: {show(item)}") from exc
+            projection[position] = name
+        try:
+            aggregate = Aggregate(tuple(group_by), tuple(items))
+        except ValueError as exc:
+            raise SQLError(f"{exc} in SELECT: {show(select)}") from exc
+        return projection, aggregate, group_by
+
+
+def _is_llm_aggregate(node: exp.Expression) -> bool:
+    """`AVG|SUM|COUNT|MIN|MAX(LLM(...))` with nothing else (no DISTINCT, no second argument)."""
+    return type(node) in AGGREGATES and _is_llm(node.this) and not _extra_args(node)
+
+
+def _extra_args(node: exp.Expression) -> list[str]:
+    """Arguments of an aggregate besides its one operand (DISTINCT, a second argument);
+    `big_int`, sqlglot's marker for DuckDB's 64-bit COUNT, is not one."""
+    return [k for k, v in node.args.items() if v and k not in ("this", "big_int")]
+
+
+def _is_count_star(node: exp.Expression) -> bool:
+    """`COUNT(*)`: the rows that reach the aggregate (passed and answered), per group."""
+    return isinstance(node, exp.Count) and isinstance(node.this, exp.Star) and not _extra_args(node)
+
+
+def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
+    """Top-level AND conjuncts, looking through parentheses."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.And):
+        return _conjuncts(node.this) + _conjuncts(node.expression)
+    return [node]
+
+
+def _llm_comparison(cond: exp.Expression) -> tuple[exp.Anonymous | None, str, str]:
+    """(LLM call, literal, op) for `LLM(...) = 'x'` (either side, `=`, `!=` or `<>`)."""
+    while isinstance(cond, exp.Paren):
+        cond = cond.this
+    if not isinstance(cond, exp.EQ | exp.NEQ):
+        return None, "", ""
+    op = "=" if isinstance(cond, exp.EQ) else "!="
+    for a, b in ((cond.this, cond.expression), (cond.expression, cond.this)):
+        if _is_llm(a) and isinstance(b, exp.Literal) and b.is_string:
+            if any(_is_llm(n) for n in a.expressions for n in n.walk()):
+                return None, "", ""
+            return a, b.this, op
+    return None, "", ""
