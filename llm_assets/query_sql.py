@@ -28,7 +28,8 @@ from collections.abc import Mapping
 
 from sqlglot import exp
 
-from llm_assets.query import SOURCE_ROW, LLMQuery, Source, split_column
+from llm_assets.query import SOURCE_ROW, LLMQuery
+from llm_assets.query_parts import Source, split_column
 from llm_assets.sql_ast import check_name, column_node, identifier, output_problem, render, table
 
 __all__ = [
@@ -144,7 +145,7 @@ def aggregate_sql(query: LLMQuery, relation: str) -> str:
     one row, also when `relation` is empty. Rendered from the sqlglot tree.
 
     >>> from llm_assets.output_spec import OutputSpec
-    >>> from llm_assets.query import Aggregate, AggregateItem, LLMCall, Source
+    >>> from llm_assets.query_parts import Aggregate, AggregateItem, LLMCall, Source
     >>> q = LLMQuery(
     ...     name="q", sources=(Source("r", "reviews"),),
     ...     llm_calls=(LLMCall("llm_1", "Stars {review}", ("r.review",),

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from llm_assets.query import (
+from llm_assets.query_parts import (
     Aggregate,
     AggregateItem,
     Join,

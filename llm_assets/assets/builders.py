@@ -25,7 +25,7 @@ from llm_assets.pipeline.retrieval import retrieve
 from llm_assets.pipeline.rows import INPUT, SKIP, stage_input
 from llm_assets.pipeline.send import StageSend
 from llm_assets.pipeline.typecheck import check_predicates
-from llm_assets.query import LLMCall
+from llm_assets.query_parts import LLMCall
 from llm_assets.query_sql import pre_llm_sql
 
 COMMON = {"options", "gx"}

@@ -12,7 +12,8 @@ from llm_assets.optimizer.schedule import validate_schedule
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.results import accounting
 from llm_assets.pipeline.rows import INPUT, ROW, SKIP
-from llm_assets.query import LLMCall, LLMQuery
+from llm_assets.query import LLMQuery
+from llm_assets.query_parts import LLMCall
 from resources.expectations import Expect, GXValidator
 
 FIELDS_CHECK = "llm_fields_present"

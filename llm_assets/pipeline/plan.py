@@ -12,7 +12,8 @@ from llm_assets.optimizer.passes import RULES, Rule, Settings, StagePlan, dedup,
 from llm_assets.optimizer.prompts import PromptFormat, parse
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.rows import INPUT, ROW
-from llm_assets.query import LLMCall, LLMQuery, bare_name
+from llm_assets.query import LLMQuery
+from llm_assets.query_parts import LLMCall, bare_name
 from resources.engine import LLMEngine
 
 

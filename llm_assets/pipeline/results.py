@@ -11,7 +11,8 @@ import pandas as pd
 
 from llm_assets.pipeline.filtering import locked_connection
 from llm_assets.pipeline.rows import ROW, SKIP, answers_by_row, passes_filter
-from llm_assets.query import LLMCall, LLMQuery
+from llm_assets.query import LLMQuery
+from llm_assets.query_parts import LLMCall
 from llm_assets.query_sql import aggregate_sql, post_llm_predicates
 from llm_assets.sql_ast import condition_values_sql
 

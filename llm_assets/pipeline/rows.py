@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from llm_assets.query import LLMCall, LLMQuery
+from llm_assets.query import LLMQuery
+from llm_assets.query_parts import LLMCall
 
 ROW = "_row"
 INPUT = "_input_id"

@@ -23,7 +23,8 @@ from llm_assets.pipeline.results import accounting, run_answer, run_result
 from llm_assets.pipeline.retrieval import retrieve
 from llm_assets.pipeline.rows import stage_input
 from llm_assets.pipeline.send import Progress, send_stage
-from llm_assets.query import LLMCall, LLMQuery
+from llm_assets.query import LLMQuery
+from llm_assets.query_parts import LLMCall
 from resources.engine import LLMEngine, RunStats
 
 

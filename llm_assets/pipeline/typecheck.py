@@ -46,7 +46,8 @@ from sqlglot import exp
 
 from llm_assets.data.sql_types import predicate_types
 from llm_assets.pipeline.filtering import as_arrow, locked_connection, predicate_only_columns
-from llm_assets.query import LLMQuery, Predicate
+from llm_assets.query import LLMQuery
+from llm_assets.query_parts import Predicate
 from llm_assets.query_sql import pre_llm_select
 from llm_assets.sql import check_columns
 from llm_assets.sql_ast import DIALECT, column_node, identifier, render, table

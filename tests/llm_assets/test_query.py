@@ -14,17 +14,10 @@ import pandas as pd
 import pytest
 
 import llm_assets.query as query_module
+import llm_assets.query_parts as query_parts_module
 from llm_assets.output_spec import OutputSpec
-from llm_assets.query import (
-    Aggregate,
-    Join,
-    LLMCall,
-    LLMFilter,
-    LLMQuery,
-    Predicate,
-    Retrieval,
-    Source,
-)
+from llm_assets.query import LLMQuery
+from llm_assets.query_parts import Aggregate, Join, LLMCall, LLMFilter, Predicate, Retrieval, Source
 from llm_assets.query_sql import corpus_sql, from_sql, post_llm_predicates, pre_llm_sql
 
 YES_NO = OutputSpec.choice(["Yes", "No"])
@@ -130,6 +123,7 @@ def two_table_query(**overrides) -> LLMQuery:
 
 def test_doctests() -> None:
     assert doctest.testmod(query_module).failed == 0
+    assert doctest.testmod(query_parts_module).failed == 0
 
 
 def test_columns_needed_and_ambiguous_output_names() -> None:

@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 import llm_assets.sql as sql_module
 import llm_assets.sql_outputs as sql_outputs_module
 from llm_assets.output_spec import OutputSpec
-from llm_assets.query import Aggregate, AggregateItem, Join, LLMFilter, Predicate, Retrieval, Source
+from llm_assets.query_parts import (
+    Aggregate,
+    AggregateItem,
+    Join,
+    LLMFilter,
+    Predicate,
+    Retrieval,
+    Source,
+)
 from llm_assets.sql import SQLError, compile_sql
 from llm_assets.sql_outputs import (
     DEFAULT_NUMBER_RANGE,

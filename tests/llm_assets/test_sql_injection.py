@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from llm_assets.pipeline.filtering import run_filtered
 from llm_assets.pipeline.results import run_result
-from llm_assets.query import Predicate, Source
+from llm_assets.query_parts import Predicate, Source
 from llm_assets.query_sql import post_llm_predicates, pre_llm_sql
 from llm_assets.sql import SQLError, compile_sql
 from llm_assets.sql_ast import FORBIDDEN_CHARS, column_problem, condition_values_sql
