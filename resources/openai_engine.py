@@ -76,9 +76,10 @@ import httpx
 from resources.engine import LLMEngine, Request, Response, RunResult, RunStats
 from resources.engine_config import OpenAIEngineConfig
 from resources.fleet_plan import GROUP_MIN_CHARS, FleetPlan, plan_fleet
+from resources.openai_attempt import RequestFailed
 from resources.openai_fleet import LANES_PER_WORKER, Replica, plan_caps, serve_fleet
 from resources.openai_probe import ServerInfo, probe_server
-from resources.openai_request import RequestFailed, RunState, failed_response, serve_request
+from resources.openai_request import RunState, failed_response, serve_request
 from resources.openai_wire import (
     NO_CACHED_TOKENS_ADVICE,
     SERVER_STYLES,

@@ -36,6 +36,8 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "OpenAI engine + request path": (
         "resources.openai_engine",
         "resources.openai_request",
+        "resources.openai_attempt",
+        "resources.openai_lean",
         "resources.openai_wire",
     ),
     "resources.response_cache": ("resources.response_cache",),

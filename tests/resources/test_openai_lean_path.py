@@ -1,4 +1,4 @@
-"""The lean HTTP/1.1 path (`resources.openai_request`, plain-http completions over the worker's
+"""The lean HTTP/1.1 path (`resources.openai_lean`, plain-http completions over the worker's
 own stream) against httpx on the same odd-but-legal and broken replies: the same requests are
 answered and the same ones fail. A raw socket server writes each reply byte for byte."""
 
