@@ -2,7 +2,8 @@
 sim's server) as an `LLMEngine`.
 
 `OpenAIEngine.run` is a plain synchronous call that drives an asyncio loop of
-`max_concurrency` workers over one `httpx.AsyncClient`. Invariants:
+`max_concurrency` workers over one `httpx.AsyncClient` (`resources.openai_run.serve_run`);
+this module holds the engine's settings, secrets and HTTP plumbing. Invariants:
 
 - one `Response` per `Request`, in request order; every request ends answered or with an
   `error` naming why (attempts and the last status or exception; never the key);
@@ -61,7 +62,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import logging
 import random
 import ssl
@@ -73,13 +73,11 @@ from typing import Any
 
 import httpx
 
-from resources.engine import LLMEngine, Request, Response, RunResult, RunStats
+from resources.engine import LLMEngine, Request, RunResult, RunStats
 from resources.engine_config import OpenAIEngineConfig
 from resources.fleet_plan import GROUP_MIN_CHARS, FleetPlan, plan_fleet
-from resources.openai_attempt import RequestFailed
-from resources.openai_fleet import LANES_PER_WORKER, Replica, plan_caps, serve_fleet
 from resources.openai_probe import ServerInfo, probe_server
-from resources.openai_request import RunState, failed_response, serve_request
+from resources.openai_run import serve_run
 from resources.openai_wire import (
     NO_CACHED_TOKENS_ADVICE,
     SERVER_STYLES,
@@ -88,7 +86,7 @@ from resources.openai_wire import (
     structured_fields,
 )
 
-__all__ = ["GROUP_MIN_CHARS", "SERVER_STYLES", "OpenAIEngine", "RequestFailed"]
+__all__ = ["GROUP_MIN_CHARS", "SERVER_STYLES", "OpenAIEngine"]
 
 log = logging.getLogger(__name__)
 
@@ -337,7 +335,7 @@ class OpenAIEngine(LLMEngine):
         info = self.server_info() if requests else ServerInfo()
         style = self.server_style if self.server_style != "auto" else (info.style or "vllm")
         responses, stopped = _run_coroutine(
-            lambda: self._run(relquery_id, requests, style, info, start)
+            lambda: serve_run(self, relquery_id, requests, style, info, start)
         )
         makespan = time.perf_counter() - start
         errors = sum(1 for r in responses if r.error is not None)
@@ -365,111 +363,6 @@ class OpenAIEngine(LLMEngine):
             outputs=[self.max_tokens or r.max_tokens for r in requests],
             tails=tails,
         )
-
-    async def _run(
-        self,
-        relquery_id: str,
-        requests: list[Request],
-        style: str,
-        info: ServerInfo,
-        start: float,
-    ) -> tuple[list[Response], str | None]:
-        total = len(requests)
-        replicas = [Replica(k, url) for k, url in enumerate(self.base_urls)]
-        state = RunState(total, asyncio.Event(), replicas=replicas)
-        if info.auth_error is not None:
-            state.stop(f"stopped before sending: {info.auth_error} (check the API key)")
-        results: list[Response | None] = [None] * total
-        in_flight: set[int] = set()
-        if total and state.stop_reason is None:
-            plan = self.plan(relquery_id, requests)
-            for replica, queue in zip(replicas, plan.queues, strict=True):
-                replica.parts.extend(
-                    (n, part) for n, part in enumerate(queue, start=replica.index * total)
-                )
-            # llama.cpp caches per slot: a group stays on one slot; a shared cache: short lanes
-            per_slot = style == "llamacpp"
-            plan_caps(replicas, self.max_concurrency, self.prefix_affinity,
-                      1 if per_slot else LANES_PER_WORKER)  # fmt: skip
-            keys = {i: part.key for queue in plan.queues for part in queue for i in part.indices}
-            tails = list(self._tails[1]) if self._tails[0] == relquery_id else []
-            tails += [None] * (len(replicas) - len(tails))
-            base_headers = self._headers(relquery_id)
-            failed_at: dict[int, set[int]] = {}  # request -> replicas it failed at (retryable)
-            # one client of one connection per worker: a worker serves its lanes over one
-            # keep-alive connection (httpcore's shared pool scans every connection per request)
-            limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-            clients: dict[asyncio.Task, httpx.AsyncClient] = {}
-            async with contextlib.AsyncExitStack() as stack:
-
-                async def client() -> httpx.AsyncClient:
-                    task = asyncio.current_task()
-                    if task not in clients:
-                        clients[task] = await stack.enter_async_context(
-                            httpx.AsyncClient(
-                                timeout=httpx.Timeout(self.timeout_s),
-                                limits=limits,
-                                auth=self._auth(),
-                                verify=self._tls(),
-                            )
-                        )
-                    return clients[task]
-
-                async def serve(i: int, replica: Replica) -> bool:
-                    headers = base_headers
-                    if self.routing == "router":
-                        headers = {**base_headers, self.config.routing_key_header: keys[i]}
-                    response, retryable = await serve_request(
-                        self, await client(), requests[i], relquery_id, style, state, start,
-                        replica, headers,
-                    )  # fmt: skip
-                    if response.error is None:
-                        replica.consecutive_failed = 0
-                        replica.served += 1
-                        tails[replica.index] = requests[i].prompt
-                    elif len(replicas) > 1 and retryable and state.stop_reason is None:
-                        replica.consecutive_failed += 1
-                        if self.breaker_failures and (
-                            replica.consecutive_failed >= self.breaker_failures
-                        ):
-                            state.give_up(
-                                replica,
-                                f"{replica.consecutive_failed} requests in a row failed at "
-                                f"{replica.base_url} (last: {response.error})",
-                            )
-                        # a retryable failure is tried at a live replica it has not failed at
-                        failed_at.setdefault(i, set()).add(replica.index)
-                        if any(r.dead is None and r.index not in failed_at[i] for r in replicas):
-                            return True
-                    if response.error is not None and replica.dead is not None:
-                        if any(r.dead is None for r in replicas):
-                            return True  # moves to a live replica
-                    results[i] = response
-                    state.done += 1
-                    if self.progress is not None:
-                        self.progress(state.done, total)
-                    return False
-
-                in_flight = await serve_fleet(replicas, serve, self.max_concurrency, state.stopped)
-            self._tails = (relquery_id, tails)
-            if len(replicas) > 1:
-                log.info(
-                    "relquery %s over %d replicas: %s answered",
-                    relquery_id,
-                    len(replicas),
-                    ", ".join(f"{r.base_url} {r.served}" + (" (dead)" if r.dead else "")
-                              for r in replicas),
-                )  # fmt: skip
-        reason = state.stop_reason
-        final: list[Response] = []
-        for i, r in enumerate(results):
-            if r is None:
-                where = "cancelled in flight" if i in in_flight else "not sent"
-                r = failed_response(requests[i].id, f"{where}: {reason or 'the run ended'}", start)
-            final.append(r)
-        if reason is not None:
-            log.error("relquery %s: %s", relquery_id, reason)
-        return final, reason
 
     def close(self) -> None:
         """Nothing to release between runs (each run opens and closes its own client)."""

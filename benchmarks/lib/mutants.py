@@ -38,6 +38,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "resources.openai_request",
         "resources.openai_attempt",
         "resources.openai_lean",
+        "resources.openai_run",
         "resources.openai_wire",
     ),
     "resources.response_cache": ("resources.response_cache",),

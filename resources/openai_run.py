@@ -1,0 +1,141 @@
+"""One run of `OpenAIEngine` over its replicas, inside the event loop `OpenAIEngine.run`
+drives (`serve_run`); see `resources.openai_engine` for the invariants.
+
+The run is planned over the replicas (`OpenAIEngine.plan`), each replica's lanes capped
+(`resources.openai_fleet.plan_caps`) and served by `resources.openai_fleet.serve_fleet`, one
+`resources.openai_request.serve_request` per request over one httpx client per worker task.
+A request failing with a retryable error is tried at a live replica it has not failed at; a
+replica given up hands its unfinished requests to the live ones. The result holds one
+`Response` per request, in request order: a request never answered gets an error saying
+whether it was cancelled in flight or not sent, and why the run stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+import httpx
+
+from resources.engine import Request, Response
+from resources.openai_fleet import LANES_PER_WORKER, Replica, plan_caps, serve_fleet
+from resources.openai_probe import ServerInfo
+from resources.openai_request import RunState, failed_response, serve_request
+
+if TYPE_CHECKING:
+    from resources.openai_engine import OpenAIEngine
+
+__all__ = ["serve_run"]
+
+log = logging.getLogger("resources.openai_engine")
+
+
+async def serve_run(
+    engine: OpenAIEngine,
+    relquery_id: str,
+    requests: list[Request],
+    style: str,
+    info: ServerInfo,
+    start: float,
+) -> tuple[list[Response], str | None]:
+    """One `Response` per request of `requests`, in request order, and why the run stopped
+    (None when it did not); `style` is the resolved server style, `info` what the server
+    said, `start` the run's `time.perf_counter()`."""
+    total = len(requests)
+    replicas = [Replica(k, url) for k, url in enumerate(engine.base_urls)]
+    state = RunState(total, asyncio.Event(), replicas=replicas)
+    if info.auth_error is not None:
+        state.stop(f"stopped before sending: {info.auth_error} (check the API key)")
+    results: list[Response | None] = [None] * total
+    in_flight: set[int] = set()
+    if total and state.stop_reason is None:
+        plan = engine.plan(relquery_id, requests)
+        for replica, queue in zip(replicas, plan.queues, strict=True):
+            replica.parts.extend(
+                (n, part) for n, part in enumerate(queue, start=replica.index * total)
+            )
+        # llama.cpp caches per slot: a group stays on one slot; a shared cache: short lanes
+        per_slot = style == "llamacpp"
+        plan_caps(replicas, engine.max_concurrency, engine.prefix_affinity,
+                  1 if per_slot else LANES_PER_WORKER)  # fmt: skip
+        keys = {i: part.key for queue in plan.queues for part in queue for i in part.indices}
+        tails = list(engine._tails[1]) if engine._tails[0] == relquery_id else []
+        tails += [None] * (len(replicas) - len(tails))
+        base_headers = engine._headers(relquery_id)
+        failed_at: dict[int, set[int]] = {}  # request -> replicas it failed at (retryable)
+        # one client of one connection per worker: a worker serves its lanes over one
+        # keep-alive connection (httpcore's shared pool scans every connection per request)
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        clients: dict[asyncio.Task, httpx.AsyncClient] = {}
+        async with contextlib.AsyncExitStack() as stack:
+
+            async def client() -> httpx.AsyncClient:
+                task = asyncio.current_task()
+                if task not in clients:
+                    clients[task] = await stack.enter_async_context(
+                        httpx.AsyncClient(
+                            timeout=httpx.Timeout(engine.timeout_s),
+                            limits=limits,
+                            auth=engine._auth(),
+                            verify=engine._tls(),
+                        )
+                    )
+                return clients[task]
+
+            async def serve(i: int, replica: Replica) -> bool:
+                headers = base_headers
+                if engine.routing == "router":
+                    headers = {**base_headers, engine.config.routing_key_header: keys[i]}
+                response, retryable = await serve_request(
+                    engine, await client(), requests[i], relquery_id, style, state, start,
+                    replica, headers,
+                )  # fmt: skip
+                if response.error is None:
+                    replica.consecutive_failed = 0
+                    replica.served += 1
+                    tails[replica.index] = requests[i].prompt
+                elif len(replicas) > 1 and retryable and state.stop_reason is None:
+                    replica.consecutive_failed += 1
+                    if engine.breaker_failures and (
+                        replica.consecutive_failed >= engine.breaker_failures
+                    ):
+                        state.give_up(
+                            replica,
+                            f"{replica.consecutive_failed} requests in a row failed at "
+                            f"{replica.base_url} (last: {response.error})",
+                        )
+                    # a retryable failure is tried at a live replica it has not failed at
+                    failed_at.setdefault(i, set()).add(replica.index)
+                    if any(r.dead is None and r.index not in failed_at[i] for r in replicas):
+                        return True
+                if response.error is not None and replica.dead is not None:
+                    if any(r.dead is None for r in replicas):
+                        return True  # moves to a live replica
+                results[i] = response
+                state.done += 1
+                if engine.progress is not None:
+                    engine.progress(state.done, total)
+                return False
+
+            in_flight = await serve_fleet(replicas, serve, engine.max_concurrency, state.stopped)
+        engine._tails = (relquery_id, tails)
+        if len(replicas) > 1:
+            log.info(
+                "relquery %s over %d replicas: %s answered",
+                relquery_id,
+                len(replicas),
+                ", ".join(f"{r.base_url} {r.served}" + (" (dead)" if r.dead else "")
+                          for r in replicas),
+            )  # fmt: skip
+    reason = state.stop_reason
+    final: list[Response] = []
+    for i, r in enumerate(results):
+        if r is None:
+            where = "cancelled in flight" if i in in_flight else "not sent"
+            r = failed_response(requests[i].id, f"{where}: {reason or 'the run ended'}", start)
+        final.append(r)
+    if reason is not None:
+        log.error("relquery %s: %s", relquery_id, reason)
+    return final, reason
