@@ -5,7 +5,17 @@ scenario does and what each number means). Writes the JSON (default
 `benchmarks/results/faults.json`) and a markdown table beside it (`.md`); exits 1 when any
 scenario lost a row, a kill -9 rerun resent more than one chunk, 10% 503 left a row
 unanswered, a hostile case (drip-feed, endless body, dead server) ran past its documented
-bound, or the wrong-key case sent more than `max_concurrency` requests.
+bound, the wrong-key case sent more than `max_concurrency` requests, or:
+
+- a product-path case (`concurrent-runs`, `concurrent-runs-5`, `stray-byte`, `half-written`)
+  has a `mixed` row: a result row that is not its own source's, or whose text differs from
+  what was written;
+- `stray-byte`: the file was not refused by default, or the refusal did not name its file,
+  line and column;
+- `half-written`: the landing sensor asked for a run while a file was being written or under
+  a temporary name;
+- `implausible-usage`: a row given usage its request cannot have ended answered, such a row
+  failed without the reason, or the recorded cost exceeded its bound.
 """
 
 from __future__ import annotations
@@ -38,7 +48,54 @@ def _acceptance(result: dict) -> list[str]:
     r503 = result["faults"].get("503")
     if r503 is not None and r503["answered"] != r503["rows_in"]:
         problems.append(f"503: only {r503['answered']} of {r503['rows_in']} rows answered")
+    for name, row in result["faults"].items():
+        if row.get("mixed"):
+            problems.append(f"{name}: {row['mixed']} rows mixed or garbled")
+    stray = result["faults"].get("stray-byte")
+    if stray is not None and not (stray["default_refused"] and stray["default_error_names_place"]):
+        problems.append(
+            f"stray-byte: not refused with file, line and column: {stray['default_error']}"
+        )
+    half = result["faults"].get("half-written")
+    if half is not None and half["runs_requested_early"]:
+        problems.append(f"half-written: {half['runs_requested_early']} runs of unfinished files")
+    usage = result["faults"].get("implausible-usage")
+    if usage is not None:
+        if usage["implausible_answered"]:
+            problems.append(f"implausible-usage: {usage['implausible_answered']} answered")
+        if usage["implausible_failed_with_reason"] != usage["implausible_rows"]:
+            problems.append(
+                f"implausible-usage: {usage['implausible_failed_with_reason']} of "
+                f"{usage['implausible_rows']} rows failed with the reason"
+            )
+        if usage["recorded_cost_usd"] > usage["cost_bound_usd"]:
+            problems.append(
+                f"implausible-usage: cost {usage['recorded_cost_usd']} > bound "
+                f"{usage['cost_bound_usd']}"
+            )
     return problems
+
+
+DETAILS: dict[str, tuple[str, ...]] = {
+    "concurrent-runs": ("sizes", "runs_failed"),
+    "concurrent-runs-5": ("sizes", "runs_failed"),
+    "stray-byte": ("default_refused", "default_error_names_place", "replaced_rows"),
+    "half-written": ("settle_seconds", "runs_requested", "runs_requested_early", "runs_per_file"),
+    "implausible-usage": ("implausible_rows", "implausible_answered",
+                          "implausible_failed_with_reason", "recorded_prompt_tokens",
+                          "recorded_cost_usd", "cost_bound_usd"),
+}  # fmt: skip
+"""The fields of a case shown under the table (all of them are in the JSON)."""
+
+
+def details(result: dict) -> str:
+    """One line per case with fields beyond the table's (`DETAILS`); empty when none ran."""
+    lines = [
+        f"- {name}: " + ", ".join(f"{k}={row[k]}" for k in DETAILS[name] if k in row)
+        for name, row in result["faults"].items()
+        if name in DETAILS
+    ]
+    return "\n" + "\n".join(lines) + "\n" if lines else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         f"# Fault matrix\n\n`{result['command']}` — {result['rows']} rows, "
         f"chunk size {result['settings']['chunk_size']}, total {result['total_wall_s']} s.\n\n"
         + markdown_table(result)
-        + "\nlost = rows_in − answered − skipped − failed. "
+        + details(result)
+        + "\nlost = rows_in − answered − skipped − failed (the product-path cases count each "
+        + "source row missing from its run's result); mixed = result rows not their own "
+        + "source's, or whose text differs from what was written. "
         + ("All acceptance checks pass.\n" if not problems else f"FAILED: {problems}\n")
     )
     print(f"wrote {args.json} and {md} in {result['total_wall_s']} s")

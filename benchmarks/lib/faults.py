@@ -21,8 +21,19 @@ Per scenario (`run_fault_matrix(...)["faults"][name]`):
 - `faults_injected`: the server's own count of each injected fault; `wall_s`.
 
 The hostile-server cases (`drip-feed`, `endless-body`, `malformed-200`, `wrong-key`,
-`dead-server`) run against `benchmarks.lib.hostile` servers instead, once, and add `bound_s`
-(see `benchmarks.lib.hostile_faults`).
+`dead-server`, `implausible-usage`) run against `benchmarks.lib.hostile` servers instead, once,
+and add `bound_s` (see `benchmarks.lib.hostile_faults`; `implausible-usage` adds how the rows
+given usage their request cannot have ended, and the recorded cost against its bound).
+
+The product-path cases go through Dagster in process on the sim engine, and check each result
+row against what its own source holds, so they add `mixed`: result rows that are not their
+source's, or whose text differs from what was written (must be 0, like `lost`):
+`concurrent-runs` (2 runs) and `concurrent-runs-5` (5 runs of distinct sizes, one shared
+instance, one kept version per table) of q1's lineage at once on one home
+(`benchmarks.lib.concurrent_runs`); `stray-byte` (a UTF-8 file with one invalid byte: refused
+by default with file, line and column, run with `encoding_errors: replace`) and `half-written`
+(the landing sensor looking at a file while it is written, and at a temporary name)
+(`benchmarks.lib.input_faults`).
 
 `python -m benchmarks.faults` is the command line; tests call `run_fault_matrix(smoke=True)`.
 """
@@ -56,6 +67,7 @@ __all__ = [
     "SMOKE_FAULTS",
     "ClientSettings",
     "FaultScenario",
+    "PRODUCT_CASES",
     "SimServerProcess",
     "markdown_table",
     "run_fault_matrix",
@@ -110,9 +122,24 @@ FAULT_MATRIX += (
     FaultScenario(
         "concurrent-runs", description="two runs of q1's lineage at once on one home (Dagster)"
     ),
+    FaultScenario(
+        "concurrent-runs-5",
+        description="five runs of q1's lineage at once, distinct sizes, one kept version",
+    ),
+    FaultScenario(
+        "stray-byte", description="UTF-8 file, accented rows, one invalid byte (replace)"
+    ),
+    FaultScenario(
+        "half-written", description="landing sensor looks while a file is written, temp name"
+    ),
 )
 """The hostile cases run against `benchmarks.lib.hostile_faults` servers, not the sim's;
-`concurrent-runs` runs two Dagster runs in process (`benchmarks.lib.concurrent_runs`)."""
+`concurrent-runs` and `concurrent-runs-5` run Dagster runs in process
+(`benchmarks.lib.concurrent_runs`), `stray-byte` and `half-written` a declared query's assets
+(`benchmarks.lib.input_faults`)."""
+PRODUCT_CASES: tuple[str, ...] = ("concurrent-runs", "concurrent-runs-5", "stray-byte",
+                                  "half-written")  # fmt: skip
+"""The cases that check result rows against their source (they report `mixed`)."""
 SMOKE_FAULTS: tuple[str, ...] = ("none", "503", "hang", "drop", "malformed", "kill9")
 """The scenarios of `smoke=True` (the test suite's version)."""
 
@@ -403,10 +430,8 @@ def run_fault_matrix(
             log(f"fault {name}: {scenario.description} ({rows} rows)")
             if name in HOSTILE_CASES:
                 results[name] = run_hostile_case(name, rows, settings)
-            elif name == "concurrent-runs":
-                from benchmarks.lib.concurrent_runs import concurrent_runs_case
-
-                results[name] = concurrent_runs_case(rows, scratch)
+            elif name in PRODUCT_CASES:
+                results[name] = _product_case(name, rows, scratch)
             elif scenario.kill_client:
                 from benchmarks.lib.kill9 import kill_scenario
 
@@ -416,6 +441,7 @@ def run_fault_matrix(
             r = results[name]
             log(
                 f"  answered={r['answered']} failed={r['failed']} lost={r['lost']} "
+                f"mixed={r.get('mixed', '-')} "
                 f"sent={r['requests_sent']} resent={r['requests_resent_after_rerun']} "
                 f"faults={r['faults_injected']} wall={r['wall_s']}s"
             )
@@ -430,6 +456,19 @@ def run_fault_matrix(
         },  # fmt: skip
         "faults": results,
     }
+
+
+def _product_case(name: str, rows: int, scratch: Path) -> dict[str, Any]:
+    from benchmarks.lib.concurrent_runs import concurrent_runs_case
+    from benchmarks.lib.input_faults import half_written_case, stray_byte_case
+
+    if name == "concurrent-runs":
+        return concurrent_runs_case(rows, scratch)
+    if name == "concurrent-runs-5":
+        return concurrent_runs_case(rows, scratch, runs=5)
+    if name == "stray-byte":
+        return stray_byte_case(rows, scratch)
+    return half_written_case(rows, scratch)
 
 
 def _all() -> list[str]:
@@ -450,7 +489,7 @@ def _scratch(workdir: str | os.PathLike[str] | None) -> Iterator[Path]:
 def markdown_table(result: dict[str, Any]) -> str:
     """The matrix as a markdown table (one row per scenario)."""
     head = ("fault", "server flags", "rows_in", "answered", "skipped", "failed", "lost",
-            "requests_sent", "resent_after_rerun", "http_calls", "faults injected",
+            "mixed", "requests_sent", "resent_after_rerun", "http_calls", "faults injected",
             "wall_s", "bound_s")  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, r in result["faults"].items():
@@ -459,7 +498,8 @@ def markdown_table(result: dict[str, Any]) -> str:
             flags = f"kill -9 at {r.get('killed_after_rows_committed')} rows, rerun"
         injected = ", ".join(f"{k}={v}" for k, v in r["faults_injected"].items() if v) or "-"
         cells = (name, f"`{flags}`", r["rows_in"], r["answered"], r["skipped"], r["failed"],
-                 r["lost"], r["requests_sent"], r["requests_resent_after_rerun"],
-                 r["http_calls"], injected, r["wall_s"], r.get("bound_s") or "-")  # fmt: skip
+                 r["lost"], r.get("mixed", "-"), r["requests_sent"],
+                 r["requests_resent_after_rerun"], r["http_calls"], injected, r["wall_s"],
+                 r.get("bound_s") or "-")  # fmt: skip
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"

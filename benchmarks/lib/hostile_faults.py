@@ -16,13 +16,23 @@ response at all, must be 0), `requests_sent` (completion calls the server saw),
   or null, 3 choices, negative or 2**70 usage, cached > prompt), cycling through the shapes;
   each is retried like a 5xx, so every row ends answered;
 - `wrong-key`: every call answers 401; the probe (`GET /models`) finds it and nothing is
-  sent; `requests_sent` must stay <= max_concurrency (a handful) even when `/models` is open.
+  sent; `requests_sent` must stay <= max_concurrency (a handful) even when `/models` is open;
+- `implausible-usage`: every call for one row in 20 (row number 7 mod 20, every retry too)
+  answers HTTP 200 with a well-formed completion whose usage the request cannot have, cycling
+  through prompt_tokens 2**62, cached_tokens > prompt_tokens, and completion_tokens 2**40 for a
+  `max_tokens` of 2; the other rows get a plain completion. Those rows must end failed with the
+  reason (`implausible_rows`, `implausible_failed_with_reason`; `implausible_answered` must be
+  0), never answered or lost, and the cost recorded for the run (`recorded_cost_usd`, the
+  highest over `PRICING` of the engine's own totals) must stay within `cost_bound_usd`, the
+  cost of every answered row at the most tokens its request can have
+  (`resources.openai_wire.UsageBounds`).
 """
 
 from __future__ import annotations
 
 import math
 import random
+import re
 import threading
 import time
 from typing import Any
@@ -42,13 +52,35 @@ BAD_SHAPES: tuple[dict[str, Any], ...] = (
                                              "prompt_tokens_details": {"cached_tokens": 9}}},
 )  # fmt: skip
 
+IMPLAUSIBLE_USAGE: tuple[dict[str, Any], ...] = (
+    {"prompt_tokens": 2**62, "completion_tokens": 1},
+    {"prompt_tokens": 10, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 11}},
+    {"prompt_tokens": 10, "completion_tokens": 2**40},
+)
+"""The usages `implausible-usage` replies with, by row (row // 20 cycles through them)."""
+_ROW = re.compile(r"Review (\d+): ")
+
 HOSTILE_CASES: dict[str, str] = {
     "drip-feed": "every reply dripped 1 byte / 0.5 s",
     "endless-body": "every reply a chunked body that never ends",
     "malformed-200": "10% HTTP 200 with a malformed completion",
     "wrong-key": "every call 401 (key rejected)",
     "dead-server": "accepts connections, never answers",
+    "implausible-usage": "5% of rows: HTTP 200 with usage the request cannot have, every retry",
 }
+
+
+def implausible_row(row: int) -> dict[str, Any] | None:
+    """The usage `implausible-usage` answers for synthetic row `row` (None: a plain reply)."""
+    if row % 20 != 7:
+        return None
+    return IMPLAUSIBLE_USAGE[(row // 20) % len(IMPLAUSIBLE_USAGE)]
+
+
+def _row_of(body: dict) -> int | None:
+    """The synthetic row a request body is for (its prompt says `Review N: `)."""
+    match = _ROW.search(str(body.get("prompt") or body.get("messages") or ""))
+    return int(match.group(1)) if match else None
 
 
 def _script(case: str, seed: int):
@@ -67,6 +99,15 @@ def _script(case: str, seed: int):
             return Drip(body=completion_body(), interval_s=0.5)
         if case == "endless-body":
             return Endless(interval_s=0.05)
+        if case == "implausible-usage":
+            row = _row_of(body)
+            usage = implausible_row(row) if row is not None else None
+            if usage is None:
+                return Reply(body=completion_body(cached=0))
+            with lock:
+                state["n"] += 1
+            return Reply(body={"choices": [{"index": 0, "text": "Yes", "finish_reason": "stop"}],
+                               "usage": usage})  # fmt: skip
         with lock:
             bad = rng.random() < 0.1
             state["n"] += bad
@@ -106,4 +147,36 @@ def run_hostile_case(case: str, rows: int, settings: Any) -> dict[str, Any]:
     )  # fmt: skip
     if case == "malformed-200":
         result["faults_injected"] = {"malformed": injected["n"]}
+    if case == "implausible-usage":
+        result["faults_injected"] = {"implausible_usage": injected["n"]}
+        result.update(_implausible_report(requests, outcome, engine))
     return result
+
+
+def _implausible_report(requests: list, outcome: Any, engine: Any) -> dict[str, Any]:
+    """What `implausible-usage` adds: how the rows given implausible usage ended, and the
+    recorded cost against its bound (see the module docstring)."""
+    from llm_assets.assets.tracking import engine_costs
+    from llm_assets.optimizer.cost import PRICING, token_cost_usd
+    from resources.openai_wire import UsageBounds
+
+    by_id = {r.id: r for r in outcome.responses}
+    bad = [r for r in requests if implausible_row(int(r.id.removeprefix("row-"))) is not None]
+    ended = [by_id.get(r.id) for r in bad]
+    answered = [r for r in requests if r.id in by_id and by_id[r.id].error is None]
+    bounds = [UsageBounds.of(r.prompt, r.max_tokens) for r in answered]
+    most_prompt = sum(b.prompt_tokens for b in bounds)
+    most_output = sum(b.output_tokens or 0 for b in bounds)
+    bound = max(token_cost_usd(p, most_prompt, 0, most_output) for p in PRICING.values())
+    recorded = max(engine_costs(engine, outcome.stats).values(), default=0.0)
+    reasons = [e.error for e in ended if e is not None and e.error]
+    return {
+        "implausible_rows": len(bad),
+        "implausible_answered": sum(1 for e in ended if e is not None and e.error is None),
+        "implausible_failed_with_reason": sum(1 for why in reasons if "tokens" in why),
+        "implausible_reason_example": reasons[0] if reasons else None,
+        "recorded_prompt_tokens": outcome.stats.prompt_tokens,
+        "recorded_output_tokens": outcome.stats.output_tokens,
+        "recorded_cost_usd": recorded,
+        "cost_bound_usd": bound,
+    }

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from benchmarks.lib.faults import SMOKE_FAULTS, markdown_table, run_fault_matrix
 
 
@@ -43,3 +45,39 @@ def test_hostile_server_cases_lose_nothing_and_end_within_their_bound(tmp_path: 
     assert faults["malformed-200"]["answered"] == 80
     assert faults["malformed-200"]["faults_injected"]["malformed"] > 0
     assert faults["wrong-key"]["requests_sent"] <= settings.max_concurrency
+    usage = faults["implausible-usage"]
+    assert usage["implausible_rows"] == 4 and usage["failed"] == 4, usage  # rows 7, 27, 47, 67
+    assert usage["implausible_failed_with_reason"] == 4 and usage["implausible_answered"] == 0
+    assert "usage.prompt_tokens 4611686018427387904" in usage["implausible_reason_example"]
+    assert usage["recorded_cost_usd"] <= usage["cost_bound_usd"], usage
+
+
+def product_case(name: str, rows: int, tmp_path: Path) -> dict:
+    """One product-path case through the matrix, held to the benchmark's acceptance."""
+    from benchmarks.faults import _acceptance
+
+    result = run_fault_matrix(rows, faults=[name], workdir=tmp_path, log=lambda _: None)
+    assert _acceptance(result) == [], result
+    row = result["faults"][name]
+    assert row["lost"] == 0 and row["mixed"] == 0, row
+    assert row["answered"] == row["rows_in"], row
+    return row
+
+
+def test_a_stray_byte_is_refused_by_default_and_replaced_alone_on_request(tmp_path: Path) -> None:
+    row = product_case("stray-byte", 60, tmp_path)
+    assert row["default_refused"] and "line 32, column 2 ('review')" in row["default_error"]
+    assert row["replaced_rows"] == 1 and row["faults_injected"]["accented_rows"] == 30
+
+
+def test_a_landed_file_is_run_once_whole_never_half_written(tmp_path: Path) -> None:
+    row = product_case("half-written", 40, tmp_path)
+    assert row["rows_in"] == 50 and row["faults_injected"]["looks_while_writing"] == 3
+    assert row["runs_requested_early"] == 0
+    assert row["runs_per_file"] == {"a.csv": 1, "b.csv": 1}, row
+
+
+@pytest.mark.slow
+def test_five_runs_at_once_each_hold_their_own_rows(tmp_path: Path) -> None:
+    row = product_case("concurrent-runs-5", 100, tmp_path)
+    assert row["sizes"] == [10, 15, 20, 25, 50] and row["runs_failed"] == 0, row
