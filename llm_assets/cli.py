@@ -1,45 +1,31 @@
 """The `llm-assets` command line. `reorder` and `run` print one JSON object on stdout, `plan` a
 table (one JSON object with `--json`); a bad input prints one `error: ...` line on stderr and
-exits with status 2 (no traceback)."""
+exits with status 2 (no traceback).
+
+This module holds the commands, their switches and the engine and response cache built from
+them; the inputs are read and checked by `llm_assets.cli_inputs`, what is printed is shaped
+by `llm_assets.cli_reports`."""
 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-
-def fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(2)
-
-
-def require_rows(table) -> list[str]:
-    """The table's columns; fails (exit 2) on a table without rows."""
-    from llm_assets.optimizer.table import column_names, num_rows
-
-    columns = column_names(table)
-    if num_rows(table) == 0:
-        fail(f"the table has no rows (columns: {', '.join(columns)})")
-    return columns
-
-
-def parse_fields(table, fields: str | None) -> list[str] | None:
-    columns = require_rows(table)
-    if fields is None:
-        return None
-    chosen = [f.strip() for f in fields.split(",") if f.strip()]
-    unknown = [f for f in chosen if f not in columns]
-    if unknown or not chosen:
-        what = f"unknown field(s) {', '.join(unknown)}" if unknown else "no fields given"
-        fail(f"{what}; available columns: {', '.join(columns)}")
-    if len(set(chosen)) != len(chosen):
-        fail(f"a field is listed twice in --fields {fields!r}")
-    return chosen
+from llm_assets.cli_inputs import (
+    answer_path,
+    check_out,
+    fail,
+    load_inputs,
+    parse_fields,
+    parse_tables,
+    query_options,
+    read_sql,
+)
+from llm_assets.cli_reports import ProgressBar, plan_table, stats_report
 
 
 @click.group()
@@ -91,24 +77,6 @@ def reorder(input_path: Path, fields: str | None, method: str, out: Path | None)
 # ---- run and plan ----------------------------------------------------------------------------
 
 ENGINES = ("sim", "openai", "vllm")
-
-
-def read_sql(query_path: Path) -> str:
-    if not query_path.exists():
-        fail(f"query file not found: {query_path}")
-    return query_path.read_text(encoding="utf-8")
-
-
-def parse_tables(tables: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for item in tables:
-        name, eq, path = item.partition("=")
-        if not eq or not name or not path:
-            fail(f"--table {item!r}: write it as NAME=PATH (e.g. reviews=reviews.tsv)")
-        if name in out:
-            fail(f"--table {name} is given twice")
-        out[name] = path
-    return out
 
 
 @dataclass(frozen=True)
@@ -163,58 +131,6 @@ def build_engine(engine: str, gpu: str, model: str, policy: str, prefix_cache: b
         fail(str(exc))
 
 
-class ProgressBar:
-    """A tqdm bar per LLM stage on stderr (`progress(label)(done, total)`)."""
-
-    def __init__(self):
-        self.bars = {}
-
-    def __call__(self, label: str):
-        from tqdm import tqdm
-
-        def update(done: int, total: int) -> None:
-            bar = self.bars.get(label)
-            if bar is None:
-                bar = self.bars[label] = tqdm(total=total, desc=label, unit="req", file=sys.stderr)
-            bar.update(done - bar.n)
-            if done >= total:
-                bar.close()
-
-        return update
-
-
-def query_options(**values):
-    from pydantic import ValidationError
-
-    from llm_assets.pipeline.options import QueryOptions
-
-    try:
-        return QueryOptions(**{k: v for k, v in values.items() if v is not None})
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        fail(f"option {'.'.join(map(str, error['loc']))}: {error['msg']}")
-
-
-def load_inputs(sql: str, tables: dict[str, str], name: str):
-    """The compiled query and its tables, read by the one loader (one-line errors)."""
-    from llm_assets.data.tables import load_table
-    from llm_assets.sql import compile_sql
-
-    try:
-        query = compile_sql(sql, name=name)
-    except ValueError as exc:
-        fail(str(exc))
-    needed = sorted({s.table for s in query.sources})
-    missing = [t for t in needed if t not in tables]
-    if missing:
-        fail(f"the query reads table(s) {missing}: give each with --table NAME=PATH")
-    try:
-        frames = {t: load_table(tables[t]) for t in needed}
-    except ValueError as exc:
-        fail(str(exc))
-    return query, frames
-
-
 def engine_options(f):
     for option in reversed(
         [
@@ -242,46 +158,6 @@ def engine_options(f):
     ):
         f = option(f)
     return f
-
-
-def stats_report(stats, engine, wall_s: float) -> dict:
-    """Requests, tokens, hit rate, engine time (simulated seconds on the sim), wall time and
-    cost per pricing model: what `run` and `plan` print."""
-    from llm_assets.assets.tracking import engine_costs
-
-    costs = engine_costs(engine, stats)
-    return {
-        "n_requests": stats.n_requests,
-        "prompt_tokens": stats.prompt_tokens,
-        "cached_tokens": stats.cached_tokens,
-        "token_hit_rate": round(stats.token_hit_rate, 6),
-        "output_tokens": stats.output_tokens,
-        "errors": stats.errors,
-        "engine": stats.engine,
-        "model": stats.model,
-        "hardware": stats.hardware,
-        "engine_time_s": round(stats.engine_time_s, 3),
-        "wall_time_s": round(wall_s, 3),
-        "cost_usd": {k.removeprefix("cost_usd_"): round(v, 6) for k, v in costs.items()},
-    }
-
-
-def answer_path(out: Path) -> Path:
-    """Where `--out X.ext` puts an aggregating query's answer: `X.answer.ext`."""
-    return out.with_name(f"{out.stem}.answer{out.suffix}")
-
-
-def check_out(out: Path | None, tables: dict[str, str], query_path: Path, aggregates: bool):
-    """Refuse an `--out` (and, for an aggregate, its answer file) that cannot take the
-    result, before anything is sent."""
-    from llm_assets.data.writers import check_target
-
-    if out is None:
-        return
-    for target in (out, answer_path(out)) if aggregates else (out,):
-        problem = check_target(target, [*tables.values(), query_path])
-        if problem:
-            fail(problem)
 
 
 def response_cache(engine: str, cache: bool | None):
@@ -435,82 +311,6 @@ def plan_command(query_path, tables, methods, as_json, **switches):
             "first_prompt": first_prompt(stage.plan),
         }
     click.echo(json.dumps(report) if as_json else plan_table(report))
-
-
-def money(value: float) -> str:
-    if value >= 100:
-        return f"{value:,.0f}"
-    if value >= 1:
-        return f"{value:,.2f}"
-    return f"{value:.6f}" if value else "0"
-
-
-def table_lines(header: list[str], rows: list[list[str]]) -> list[str]:
-    """Columns padded to their widest cell: the first left-aligned, the others right."""
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    return [
-        "  ".join(
-            c.rjust(w) if i else c.ljust(w)
-            for i, (c, w) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in [header, *rows]
-    ]
-
-
-def plan_table(report: dict) -> str:
-    """`plan`'s default output: one row per method, then the cost per pricing model."""
-    methods = report["methods"]
-    first = next(iter(methods.values()), None)
-    calls = report["llm_calls"]
-    order = report.get("llm_filter_order")
-    stage = order["chosen_order"][0] if order else calls[0]
-    priced = (
-        f"its LLM stage {stage}"
-        if len(calls) == 1
-        else f"its first LLM stage {stage} of {', '.join(calls)} (later stages not priced)"
-    )
-    engine = f"the simulated {first['model']} on {first['hardware']}" if first else "the sim"
-    lines = [f"plan of {report['query']}, nothing sent: {priced}, on {engine}", ""]
-    header = ["method", "rows", "requests", "prompt tokens", "cached tokens", "hit rate",
-              "output tokens", "engine s", "self-hosted $"]  # fmt: skip
-    rows = [
-        [
-            name,
-            f"{m['rows_to_first_llm']:,}",
-            f"{m['n_requests']:,}",
-            f"{m['prompt_tokens']:,}",
-            f"{m['cached_tokens']:,}",
-            f"{m['token_hit_rate']:.1%}",
-            f"{m['output_tokens']:,}",
-            f"{m['engine_time_s']:,.2f}",
-            money(m["cost_usd"].get("self_hosted", 0.0)),
-        ]
-        for name, m in methods.items()
-    ]
-    lines += table_lines(header, rows)
-    pricings = [k for k in (first or {}).get("cost_usd", {}) if k != "self_hosted"]
-    if pricings:
-        lines += ["", "predicted cost in USD per pricing model (llm_assets/optimizer/cost.py):"]
-        lines += table_lines(
-            ["method", *pricings],
-            [[n, *(money(m["cost_usd"][p]) for p in pricings)] for n, m in methods.items()],
-        )
-    if order:
-        lines += [
-            "",
-            f"LLM filters: written {', '.join(order['written_order'])} -> run "
-            f"{', '.join(order['chosen_order'])} (expected tokens per row "
-            f"{order['expected_tokens_per_row_written']:,} -> "
-            f"{order['expected_tokens_per_row_chosen']:,}; the order sample costs "
-            f"{order['sample_requests']} requests)",
-        ]
-    shown = next(reversed(methods), None)
-    if shown and methods[shown]["first_prompt"] is not None:
-        lines += ["", f"the first prompt {shown} sends, exactly as the model receives it:"]
-        lines += ["  | " + line for line in methods[shown]["first_prompt"].split("\n")]
-    lines += ["", "rows: rows reaching the first LLM stage; engine s: simulated seconds; "
-              "--json prints every figure"]  # fmt: skip
-    return "\n".join(lines)
 
 
 @main.command()

@@ -1,0 +1,125 @@
+"""What the `llm-assets` commands show: the run's statistics as JSON (`stats_report`, printed
+by `run` and `plan`), `plan`'s table (`plan_table`) and a progress bar per LLM stage on
+stderr (`ProgressBar`). Formatting only: nothing here reads inputs or sends requests."""
+
+from __future__ import annotations
+
+import sys
+
+
+class ProgressBar:
+    """A tqdm bar per LLM stage on stderr (`progress(label)(done, total)`)."""
+
+    def __init__(self):
+        self.bars = {}
+
+    def __call__(self, label: str):
+        from tqdm import tqdm
+
+        def update(done: int, total: int) -> None:
+            bar = self.bars.get(label)
+            if bar is None:
+                bar = self.bars[label] = tqdm(total=total, desc=label, unit="req", file=sys.stderr)
+            bar.update(done - bar.n)
+            if done >= total:
+                bar.close()
+
+        return update
+
+
+def stats_report(stats, engine, wall_s: float) -> dict:
+    """Requests, tokens, hit rate, engine time (simulated seconds on the sim), wall time and
+    cost per pricing model: what `run` and `plan` print."""
+    from llm_assets.assets.tracking import engine_costs
+
+    costs = engine_costs(engine, stats)
+    return {
+        "n_requests": stats.n_requests,
+        "prompt_tokens": stats.prompt_tokens,
+        "cached_tokens": stats.cached_tokens,
+        "token_hit_rate": round(stats.token_hit_rate, 6),
+        "output_tokens": stats.output_tokens,
+        "errors": stats.errors,
+        "engine": stats.engine,
+        "model": stats.model,
+        "hardware": stats.hardware,
+        "engine_time_s": round(stats.engine_time_s, 3),
+        "wall_time_s": round(wall_s, 3),
+        "cost_usd": {k.removeprefix("cost_usd_"): round(v, 6) for k, v in costs.items()},
+    }
+
+
+def money(value: float) -> str:
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 1:
+        return f"{value:,.2f}"
+    return f"{value:.6f}" if value else "0"
+
+
+def table_lines(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Columns padded to their widest cell: the first left-aligned, the others right."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return [
+        "  ".join(
+            c.rjust(w) if i else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in [header, *rows]
+    ]
+
+
+def plan_table(report: dict) -> str:
+    """`plan`'s default output: one row per method, then the cost per pricing model."""
+    methods = report["methods"]
+    first = next(iter(methods.values()), None)
+    calls = report["llm_calls"]
+    order = report.get("llm_filter_order")
+    stage = order["chosen_order"][0] if order else calls[0]
+    priced = (
+        f"its LLM stage {stage}"
+        if len(calls) == 1
+        else f"its first LLM stage {stage} of {', '.join(calls)} (later stages not priced)"
+    )
+    engine = f"the simulated {first['model']} on {first['hardware']}" if first else "the sim"
+    lines = [f"plan of {report['query']}, nothing sent: {priced}, on {engine}", ""]
+    header = ["method", "rows", "requests", "prompt tokens", "cached tokens", "hit rate",
+              "output tokens", "engine s", "self-hosted $"]  # fmt: skip
+    rows = [
+        [
+            name,
+            f"{m['rows_to_first_llm']:,}",
+            f"{m['n_requests']:,}",
+            f"{m['prompt_tokens']:,}",
+            f"{m['cached_tokens']:,}",
+            f"{m['token_hit_rate']:.1%}",
+            f"{m['output_tokens']:,}",
+            f"{m['engine_time_s']:,.2f}",
+            money(m["cost_usd"].get("self_hosted", 0.0)),
+        ]
+        for name, m in methods.items()
+    ]
+    lines += table_lines(header, rows)
+    pricings = [k for k in (first or {}).get("cost_usd", {}) if k != "self_hosted"]
+    if pricings:
+        lines += ["", "predicted cost in USD per pricing model (llm_assets/optimizer/cost.py):"]
+        lines += table_lines(
+            ["method", *pricings],
+            [[n, *(money(m["cost_usd"][p]) for p in pricings)] for n, m in methods.items()],
+        )
+    if order:
+        lines += [
+            "",
+            f"LLM filters: written {', '.join(order['written_order'])} -> run "
+            f"{', '.join(order['chosen_order'])} (expected tokens per row "
+            f"{order['expected_tokens_per_row_written']:,} -> "
+            f"{order['expected_tokens_per_row_chosen']:,}; the order sample costs "
+            f"{order['sample_requests']} requests)",
+        ]
+    shown = next(reversed(methods), None)
+    if shown and methods[shown]["first_prompt"] is not None:
+        lines += ["", f"the first prompt {shown} sends, exactly as the model receives it:"]
+        lines += ["  | " + line for line in methods[shown]["first_prompt"].split("\n")]
+    lines += ["", "rows: rows reaching the first LLM stage; engine s: simulated seconds; "
+              "--json prints every figure"]  # fmt: skip
+    return "\n".join(lines)
