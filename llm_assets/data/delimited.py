@@ -1,0 +1,119 @@
+"""The CSV / TSV reader of the table loader (`llm_assets.data.tables`): the delimiter when not
+given (`sniff_delimiter`), the header (`first_row`), and the table with every column as text
+exactly as written (`read_delimited`: an empty unquoted cell is null, a quoted empty cell the
+empty string). A ragged or malformed row is an `InputError` naming its line and what to check.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+
+from llm_assets.data.checks import InputError, check_names
+
+DELIMITERS = (",", "\t", ";", "|")
+"""Candidates for delimiter detection, in order of preference on a tie."""
+_SNIFF_CHARS = 1 << 16
+_SNIFF_ROWS = 50
+
+
+def _rows(text: str, delimiter: str):
+    return csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=False)
+
+
+def first_row(text: str, delimiter: str) -> list[str]:
+    try:
+        return next(_rows(text, delimiter), [])
+    except csv.Error:
+        return []
+
+
+def sniff_delimiter(text: str) -> str:
+    """The candidate delimiter under which the first rows parse cleanly (strict quoting) and
+    all have the header's field count (more than one), preferring more fields, then
+    `DELIMITERS` order; ',' when none splits the header."""
+    sample = text[:_SNIFF_CHARS]
+    complete = len(text) <= _SNIFF_CHARS
+    best, best_score = ",", (False, 0.0, 1)
+    for candidate in DELIMITERS:
+        rows = _sample_rows(sample, candidate, complete)
+        if rows is None:
+            continue
+        width = len(rows[0]) if rows else 0
+        body = [r for r in rows[1:] if r]
+        share = sum(len(r) == width for r in body) / len(body) if body else 1.0
+        score = (share == 1.0, share, width)
+        if width > 1 and score > best_score:
+            best, best_score = candidate, score
+    return best
+
+
+def _sample_rows(sample: str, delimiter: str, complete: bool) -> list[list[str]] | None:
+    """Up to `_SNIFF_ROWS` + 1 rows of `sample` under strict quoting; None when the quoting is
+    broken in the part of the sample that is surely complete."""
+    rows = []
+    reader = csv.reader(io.StringIO(sample, newline=""), delimiter=delimiter, strict=True)
+    try:
+        for row in reader:
+            rows.append(row)
+            if len(rows) > _SNIFF_ROWS:
+                break
+    except csv.Error:
+        if complete or not rows:
+            return None
+    if not complete and len(rows) > 1:
+        rows = rows[:-1]  # the last row of a truncated sample may be cut short
+    return rows
+
+
+def read_delimited(path: Path, text: str, delimiter: str) -> pa.Table:
+    header = first_row(text, delimiter)
+    check_names(path, header, "line 1, column {}")
+    data = text.encode("utf-8")
+    if not data.endswith(b"\n"):
+        data += b"\n"
+    try:
+        return pa_csv.read_csv(
+            io.BytesIO(data),
+            parse_options=pa_csv.ParseOptions(
+                delimiter=delimiter,
+                newlines_in_values=True,
+                ignore_empty_lines=len(header) > 1,  # a blank line is a null in a 1-column file
+            ),
+            convert_options=pa_csv.ConvertOptions(
+                column_types={name: pa.string() for name in header},
+                null_values=[""],
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=False,
+                check_utf8=False,
+            ),
+        )
+    except pa.ArrowInvalid as error:
+        raise InputError(_delimited_problem(path, text, delimiter, header, error)) from None
+
+
+def _delimited_problem(path: Path, text: str, delimiter: str, header: list[str], error) -> str:
+    """The first ragged or malformed row, found again with Python's csv module for its line."""
+    hint = f"check the delimiter ({delimiter!r}; pass delimiter=...) and the quoting"
+    limit = csv.field_size_limit()
+    csv.field_size_limit(1 << 30)
+    rows = _rows(text, delimiter)
+    line = 1
+    try:
+        for row in rows:
+            if (row or len(header) == 1) and len(row) != len(header) and line > 1:
+                return (
+                    f"{path}: line {line}: expected {len(header)} fields (as in the header), "
+                    f"got {len(row)}; {hint}"
+                )
+            line = rows.line_num + 1
+    except csv.Error as problem:
+        return f"{path}: line {line}: {problem}; {hint}"
+    finally:
+        csv.field_size_limit(limit)
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return f"{path}: cannot parse: {first}; {hint}"
