@@ -1,4 +1,4 @@
-"""The exact PHC optimum of a small sub-table, for GGR's leaves (`ggr.EXACT_ROWS`).
+"""The exact PHC optimum of a small sub-table, for GGR's leaves (`ggr_small.EXACT_ROWS`).
 
 Same recursion as `ophr` (see its docstring for why it is exhaustive): the run holding the
 lowest row r is r alone, or r plus any non-empty subset of the rows sharing r's value in a
