@@ -1,0 +1,92 @@
+"""The per-stage memory section of `benchmarks.loader` (the baseline of the 10M-row `plan`
+target): on a 2,000-row table, every stage of `llm-assets plan` is reported with positive
+seconds, peak and RSS after; the real command's peak is there to compare; and a stage the
+command no longer goes through, or a figure that is not positive, is caught."""
+
+import copy
+
+import pytest
+
+from benchmarks import loader
+
+ROWS = 2_000
+
+
+@pytest.fixture(scope="module")
+def memory():
+    return loader.memory_report([ROWS])  # a fresh process, then the real command
+
+
+def test_every_stage_of_plan_is_metered_in_a_fresh_process(memory):
+    (entry,) = memory["sizes"]
+    assert loader.check_memory(entry) == []
+    names = [s["stage"] for s in entry["stages"]]
+    assert sorted(names) == sorted(entry["expected_stages"])
+    assert set(loader.REQUIRED) <= set(names) and names[0] == loader.OTHER
+    for stage in entry["stages"]:
+        assert stage["seconds"] > 0 and stage["calls"] == 1
+        assert stage["peak_mb"] >= stage["rss_after_mb"] > 0 and stage["rss_before_mb"] > 0
+    assert entry["peak_mb"] == max(s["peak_mb"] for s in entry["stages"])
+    assert entry["peak_mb"] > entry["baseline_rss_mb"] > 0
+    assert 0 < entry["n_requests"] <= entry["rows_to_first_llm"] < ROWS  # pushdown, dedup
+    assert entry["token_counts"] == entry["n_requests"] and entry["token_count_s"] > 0
+    assert entry["cli"]["wall_s"] > 0 and entry["cli"]["max_rss_mb"] > entry["baseline_rss_mb"]
+    if "clear_refs" in memory["peak_method"]:  # Linux: the peak is reset per stage
+        assert min(s["peak_mb"] for s in entry["stages"]) < entry["peak_mb"]
+        assert all(0 <= s["grew_mb"] <= s["peak_mb"] for s in entry["stages"])
+
+
+def test_the_extrapolation_is_labelled_and_the_markdown_names_every_stage(memory):
+    fit = memory["extrapolation"]
+    assert fit["rows"] == 10_000_000 and "not measured" in fit["label"]
+    names = memory["sizes"][0]["expected_stages"]
+    assert set(fit["stages"]) == set(names)
+    markdown = "\n".join(loader.memory_markdown(memory))
+    assert "EXTRAPOLATED" in markdown and "real command" in markdown
+    assert all(f"| {name} |" in markdown for name in names)
+
+
+def test_a_stage_the_command_does_not_go_through_is_caught(tmp_path, monkeypatch):
+    """Planted break: the benchmark meters a function `plan` does not call in place of the
+    dedup (as when the product's dedup moves): the run reports no dedup stage."""
+    csv, sql = tmp_path / "t.csv", tmp_path / "q.sql"
+    loader.write_plan_table(csv, ROWS)
+    sql.write_text(loader.PLAN_SQL, encoding="utf-8")
+    specs = loader.stage_specs()
+    planted = [
+        (name, "answers_by_row", loader.PIPELINE) if name == "plan: dedup" else spec
+        for spec in specs
+        for name in [spec[0]]
+    ]
+    assert planted != specs
+    monkeypatch.setattr(loader, "stage_specs", lambda: planted)
+    entry = loader.measure_stages(csv, sql)
+    entry["cli"] = {"wall_s": 1.0, "max_rss_mb": 1.0}
+    assert loader.check_memory(entry) == ["stage 'plan: dedup' missing"]
+
+
+def test_a_function_that_moved_is_an_error_not_a_silent_gap(monkeypatch):
+    specs = [("plan: dedup", "no_such_function", loader.PIPELINE)]
+    monkeypatch.setattr(loader, "stage_specs", lambda: specs)
+    with pytest.raises(AttributeError, match="no_such_function"):
+        with loader.metered_stages(loader.StageMeter()):
+            pass
+
+
+def test_figures_that_are_not_positive_are_caught(memory):
+    (entry,) = memory["sizes"]
+    for key, value, problem in [
+        ("seconds", 0.0, "seconds is 0.0, not positive"),
+        ("peak_mb", 0.0, "peak_mb is 0.0, not positive"),
+        ("rss_after_mb", None, "rss_after_mb is None, not positive"),
+        ("peak_mb", 1.0, "peak 1.0 < RSS after"),
+    ]:
+        broken = copy.deepcopy(entry)
+        broken["stages"][3][key] = value
+        assert any(problem in p for p in loader.check_memory(broken)), (key, value)
+    broken = copy.deepcopy(entry)
+    broken["cli"]["max_rss_mb"] = 0
+    assert loader.check_memory(broken) == ["cli max_rss_mb is 0, not positive"]
+    broken = copy.deepcopy(entry)
+    broken["stages"].append({**entry["stages"][0], "stage": "retrieve"})
+    assert loader.check_memory(broken) == ["unexpected stage(s) ['retrieve']"]
