@@ -83,3 +83,33 @@ def test_the_import_scan_sees_every_form():
         (5, "llm_assets.data"),
         (6, "llm_assets.output_spec"),
     ]
+
+
+MAX_MODULE_LINES = 450
+"""The longest a module of `llm_assets/`, `resources/` or `jobs/` may be (issue 23 item 7): a
+module past it holds more than one job, and is split along its seams."""
+
+
+def long_modules(root, limit: int = MAX_MODULE_LINES) -> list[str]:
+    """`path: lines` of every `.py` file under `llm_assets/`, `resources/` and `jobs/` of `root`
+    with more than `limit` lines, longest first."""
+    counts = [
+        (len(path.read_text(encoding="utf-8").splitlines()), path.relative_to(root))
+        for package in ("llm_assets", "resources", "jobs")
+        for path in (root / package).rglob("*.py")
+    ]
+    return [f"{path}: {n}" for n, path in sorted(counts, reverse=True) if n > limit]
+
+
+def test_every_module_has_at_most_450_lines():
+    offenders = long_modules(ROOT)
+    assert offenders == [], f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(offenders)
+
+
+def test_the_line_count_sees_a_long_module(tmp_path):
+    (tmp_path / "jobs" / "deep").mkdir(parents=True)
+    (tmp_path / "llm_assets").mkdir()
+    (tmp_path / "resources").mkdir()
+    (tmp_path / "jobs" / "deep" / "long.py").write_text("x = 1\n" * 451)
+    (tmp_path / "llm_assets" / "short.py").write_text("x = 1\n" * 450)
+    assert long_modules(tmp_path) == ["jobs/deep/long.py: 451"]
