@@ -35,7 +35,7 @@ held to vLLM's own code by `benchmarks.vllm_conformance` and its recorded traces
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 
 BLOCK_SIZE = 16
@@ -83,12 +83,14 @@ class BlockPool:
         self._num_hashed = 0
         # vLLM's free queue is one list; here it is three parts, in queue order: blocks freed
         # without a hash (a stack: vLLM prepends them), never-used blocks, and blocks freed
-        # with a hash (an insertion-ordered dict as an O(1) LRU queue). Only the last part
-        # holds hashed blocks, so lookups never touch the others. Block 0 is the null block
-        # vLLM takes out of the queue at start-up.
+        # with a hash (an OrderedDict as an O(1) LRU queue: a plain dict would do the same,
+        # but finding its first key after many deletions at the front scans their tombstones,
+        # which made eviction O(pool size)). Only the last part holds hashed blocks, so
+        # lookups never touch the others. Block 0 is the null block vLLM takes out of the
+        # queue at start-up.
         self._stack: list[int] = []
         self._fresh: deque[int] = deque(range(1, num_blocks))
-        self._free: dict[int, None] = {}
+        self._free: OrderedDict[int, None] = OrderedDict()
         self.num_evictions = 0
         self._num_dropped = 0
         """Hashes forgotten by `reset` (with `num_evictions`, every removal from the index)."""
@@ -178,8 +180,7 @@ class BlockPool:
             elif fresh:
                 b = fresh.popleft()
             else:
-                b = next(iter(free))
-                del free[b]
+                b = free.popitem(last=False)[0]
                 self._evict(b)
             ref[b] = 1
             out.append(b)
@@ -249,4 +250,4 @@ class BlockPool:
         self._dups = {}
         self._fresh = deque([*reversed(self._stack), *self._fresh, *self._free])
         self._stack = []
-        self._free = {}
+        self._free = OrderedDict()
