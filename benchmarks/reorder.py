@@ -1,7 +1,7 @@
 """Reordering benchmark: hit rates and time of each method on real and synthetic tables.
 
     python -m benchmarks.reorder [--sizes 28000,1000000] [--repeat 3] [--quick] [--jobs 1]
-                                 [--json benchmarks/results/reorder.json]
+                                 [--json benchmarks/results/reorder.json] [--budget-only]
 
 Tables: every CSV in ../shared/data (all columns; skipped when absent), the seeded shapes of
 `benchmarks.lib.shapes` (the tables GGR lost on in issue 14) and seeded skewed 10-column
@@ -20,6 +20,21 @@ above `--token-rows` rows) and `phc`; the authors' port is skipped above `--auth
 Per table: the upper bounds of `optimizer.bound` and GGR / bound. Each table runs in a
 fresh subprocess, so `max_rss_mb` is the peak memory of loading it and running everything
 on it. Writes JSON and a markdown table next to it.
+
+Fixed prefix-cache budget (where token hit rates are computed): SOLO (Li et al., ICML 2026,
+"Prefix-Cache-Aware Data Reordering for LLM-Augmented Database Analytics") reports prefill
+throughput under a fixed prefix-cache budget, where eviction makes row order matter more.
+Here each method's prompts are prefilled one at a time, in schedule order, through the
+simulator's `BlockPool` (16-token blocks, chained hashes, vLLM's LRU free queue) holding K
+blocks (`benchmarks.lib.tokens.cache_replay`; the engine itself with `max_num_seqs=1` and K
+blocks gives the same counts, `tests/benchmarks/test_cache_budget.py`). K is a share
+(`BUDGET_FRACTIONS`) of the table's distinct blocks in file order, at least the blocks of its
+longest prompt (`cache_budget` per table). Per method `budget_token_hit_rate` (cached prompt
+tokens / prompt tokens) and `budget_prefill_tokens` (prompt tokens computed; prefill time
+is about proportional to them when prefill is compute-bound, so their ratio between two
+methods is the inverse of their prefill-throughput ratio) at each K, beside the unbounded
+`token_hit_rate` / `prefill_tokens`. `--budget-only` measures only that (each method run
+once, untimed) into `reorder_budget.json` and `.md`.
 """
 
 from __future__ import annotations
@@ -44,6 +59,8 @@ AUTHORS_MERGE = {
     "movie_info12": [["movie_title", "genres", "directors", "original_release_date", "runtime"]],
     "movies_small": [["rotten_tomatoes_link", "movie_title", "movie_info"]],
 }
+# Prefix-cache budgets, as shares of a table's distinct blocks in file order.
+BUDGET_FRACTIONS = [0.01, 0.1]
 # ../shared/data/README.md: the authors' own implementation on this data, 2-core machine.
 PUBLISHED = {
     "movies_small": {"char_hit_rate": 0.759, "seconds": 0.22},
@@ -78,10 +95,33 @@ def timed(run, repeat: int):
     return result, round(statistics.median(walls), 4), round(statistics.median(cpus), 4)
 
 
-def measure(spec: str, repeat: int, token_rows: int, authors_rows: int) -> dict:
-    """Run in a child process: load one table, time every method, compute metrics."""
+def cache_metrics(rows: list[list[int]], budgets: dict) -> dict:
+    """Token hit rate and prefill tokens of prompts `rows` (in send order) with an unbounded
+    cache and with each budget of `budgets` (`benchmarks.lib.tokens.budget_blocks`)."""
+    from benchmarks.lib.tokens import cache_replay
+    from resources.sim.block_cache import block_hashes
+
+    hashes = [block_hashes(ids) for ids in rows]
+    total = sum(map(len, rows))
+    out: dict = {}
+    hit = cache_replay(rows, None, hashes)
+    out["token_hit_rate"] = round(hit / total, 4) if total else 0.0
+    out["prefill_tokens"] = total - hit
+    out["budget_token_hit_rate"], out["budget_prefill_tokens"] = {}, {}
+    for key, blocks in budgets["blocks"].items():
+        hit = cache_replay(rows, blocks, hashes)
+        out["budget_token_hit_rate"][key] = round(hit / total, 4) if total else 0.0
+        out["budget_prefill_tokens"][key] = total - hit
+    return out
+
+
+def measure(
+    spec: str, repeat: int, token_rows: int, authors_rows: int, budget_only: bool = False
+) -> dict:
+    """Run in a child process: load one table, time every method, compute metrics
+    (`budget_only`: each method once, untimed, token and cache-budget metrics only)."""
     from benchmarks.lib.quickgreedy import quick_greedy
-    from benchmarks.lib.tokens import RowTokens, default_tokenizer, token_hit_rate
+    from benchmarks.lib.tokens import RowTokens, budget_blocks, default_tokenizer
     from llm_assets.optimizer import encode, reorder
     from llm_assets.optimizer.bound import char_hit_upper_bound, phc_upper_bound
     from llm_assets.optimizer.metrics import char_hit_rate, phc
@@ -102,24 +142,45 @@ def measure(spec: str, repeat: int, token_rows: int, authors_rows: int) -> dict:
     if base in AUTHORS_MERGE:
         runs["authors_ggr_merge"] = lambda: quick_greedy(encode(table), AUTHORS_MERGE[base])
     tokens = RowTokens(enc, default_tokenizer().encode) if enc.num_rows <= token_rows else None
+    budgets = None
+    if tokens is not None:
+        file_order = tokens.rows(reorder(enc, method="original"))
+        budgets = budget_blocks(file_order, BUDGET_FRACTIONS)
+        budgets["prompt_tokens"] = sum(map(len, file_order))
+        del file_order
+    if budget_only and budgets is None:
+        raise SystemExit(f"{spec}: more than --token-rows rows, no token metrics")
     methods = {}
     for method, run in runs.items():
-        schedule, seconds, cpu_seconds = timed(run, 1 if slow else repeat)
-        m = {"seconds": seconds, "cpu_seconds": cpu_seconds}
+        schedule, seconds, cpu_seconds = timed(run, 1 if slow or budget_only else repeat)
+        m = {} if budget_only else {"seconds": seconds, "cpu_seconds": cpu_seconds}
         m["char_hit_rate"] = round(char_hit_rate(enc, schedule), 4)
         if tokens is not None:
-            m["token_hit_rate"] = round(token_hit_rate(tokens.rows(schedule)), 4)
+            m |= cache_metrics(tokens.rows(schedule), budgets)
+        if budget_only:
+            if method == "ggr":
+                m["method_used"] = schedule.method_used
+            methods[method] = m
+            continue
         m["phc"] = phc(enc, schedule)
         if method == "ggr":
             m["method_used"] = schedule.method_used
             if tokens is not None:
                 m["token_agreement"] = tokens.agreement(schedule)
         methods[method] = m
+    rows, cols = enc.codes.shape
+    if budget_only:
+        return {
+            "table": name,
+            "rows": rows,
+            "columns": cols,
+            "methods": methods,
+            "cache_budget": budgets,
+        }
     bound = {"char_hit_rate": round(char_hit_upper_bound(enc), 4), "phc": phc_upper_bound(enc)}
     ggr = methods["ggr"]
     others = [m["char_hit_rate"] for k, m in methods.items() if k != "ggr"]
-    rows, cols = enc.codes.shape
-    return {
+    result = {
         "table": name,
         "rows": rows,
         "columns": cols,
@@ -135,12 +196,17 @@ def measure(spec: str, repeat: int, token_rows: int, authors_rows: int) -> dict:
         "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "load_average": [round(load_average, 2), round(os.getloadavg()[0], 2)],
     }
+    if budgets is not None:
+        result["cache_budget"] = budgets
+    return result
 
 
-def run_child(spec: str, repeat: int, token_rows: int, authors_rows: int) -> dict:
+def run_child(
+    spec: str, repeat: int, token_rows: int, authors_rows: int, budget_only: bool = False
+) -> dict:
     command = [sys.executable, "-m", "benchmarks.reorder", "--child", spec]
     command += ["--repeat", str(repeat), "--token-rows", str(token_rows)]
-    command += ["--authors-rows", str(authors_rows)]
+    command += ["--authors-rows", str(authors_rows)] + (["--budget-only"] if budget_only else [])
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark of {spec} failed:\n{proc.stderr}")
@@ -149,6 +215,49 @@ def run_child(spec: str, repeat: int, token_rows: int, authors_rows: int) -> dic
 
 def _pct(value) -> str:
     return "" if value is None else f"{value:.1%}"
+
+
+def _budget_label(fraction: str) -> str:
+    return f"K = {float(fraction):.0%}"
+
+
+def budget_markdown(results: list[dict]) -> str:
+    """The fixed-cache-budget table: per table and method, the token hit rate with an
+    unbounded cache and at each budget K, and the prompt tokens prefilled at each K."""
+    results = [r for r in results if r.get("cache_budget")]
+    if not results:
+        return ""
+    keys = list(results[0]["cache_budget"]["blocks"])
+    hit_cols = " | ".join(f"hit @ {_budget_label(k)}" for k in keys)
+    tok_cols = " | ".join(f"prefill tokens @ {_budget_label(k)}" for k in keys)
+    lines = [
+        "Fixed prefix-cache budget (SOLO, ICML 2026): prompts prefilled one at a time, in "
+        "schedule order, through the simulator's block pool holding K blocks of 16 tokens "
+        "(LRU eviction, as vLLM's free queue); K is a share of the table's distinct blocks in "
+        "file order (at least the longest prompt's blocks). Hit = cached prompt tokens / prompt "
+        "tokens; prefill tokens = prompt tokens computed. **bold**: the best method at that K.",
+        "",
+        f"| table | K blocks ({', '.join(_budget_label(k) for k in keys)} of distinct) | method "
+        f"| hit, unbounded | {hit_cols} | {tok_cols} |",
+        "|---|---|---|---|" + "---|" * (2 * len(keys)),
+    ]
+    for r in results:
+        b = r["cache_budget"]
+        best = {k: max(m["budget_token_hit_rate"][k] for m in r["methods"].values()) for k in keys}
+        size = " / ".join(f"{b['blocks'][k]:,}" for k in keys) + f" of {b['distinct_blocks']:,}"
+        for method, m in r["methods"].items():
+            label = f"ggr (chose {m['method_used']})" if method == "ggr" else method
+            hits = []
+            for k in keys:
+                cell = _pct(m["budget_token_hit_rate"][k])
+                hits.append(f"**{cell}**" if m["budget_token_hit_rate"][k] == best[k] else cell)
+            tokens = [f"{m['budget_prefill_tokens'][k]:,}" for k in keys]
+            lines.append(
+                f"| {r['table']} | {size} | {label} | {_pct(m['token_hit_rate'])} | "
+                + " | ".join(hits + tokens)
+                + " |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def markdown(results: list[dict], scaling: dict | None) -> str:
@@ -192,6 +301,9 @@ def markdown(results: list[dict], scaling: dict | None) -> str:
             f"GGR time {scaling['from_rows']:,} -> {scaling['to_rows']:,} rows: "
             f"x{scaling['time_ratio']:.1f} (n log n would be x{scaling['nlogn_ratio']:.1f})."
         )
+    budget = budget_markdown(results)
+    if budget:
+        lines += ["", budget.rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 
@@ -210,10 +322,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--demo", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--only", help="comma-separated table specs to run (for debugging)")
     parser.add_argument("--jobs", type=int, default=1, help="tables measured at once")
+    parser.add_argument(
+        "--budget-only",
+        action="store_true",
+        help="only the fixed prefix-cache budget metric (untimed), to reorder_budget.json",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(args.child, args.repeat, args.token_rows, args.authors_rows)))
+        result = measure(
+            args.child, args.repeat, args.token_rows, args.authors_rows, args.budget_only
+        )
+        print(json.dumps(result))
         return
     shape_rows = dict(SHAPE_ROWS)
     if args.quick or args.demo:
@@ -225,18 +345,35 @@ def main(argv: list[str] | None = None) -> None:
         print(f"note: {SHARED_DATA} is absent; synthetic tables only", file=sys.stderr)
     specs += [f"shape:{name}:{rows}" for name, rows in shape_rows.items()]
     specs += [f"synthetic:{int(s)}" for s in args.sizes.split(",") if s]
+    if args.budget_only:
+        if args.json.name == "reorder.json":
+            args.json = args.json.with_name("reorder_budget.json")
+        tokenized = [s for s in specs if not s.startswith("synthetic:")]
+        tokenized += [
+            f"synthetic:{int(s)}" for s in args.sizes.split(",") if s and int(s) <= args.token_rows
+        ]
+        specs = tokenized
     if args.only:
         specs = args.only.split(",")
 
     def child(spec: str) -> dict:
         print(f"... {spec}", file=sys.stderr, flush=True)
-        return run_child(spec, args.repeat, args.token_rows, args.authors_rows)
+        return run_child(spec, args.repeat, args.token_rows, args.authors_rows, args.budget_only)
 
     # The largest table first, so that with --jobs > 1 it overlaps the others.
     order = sorted(range(len(specs)), key=lambda k: not specs[k].endswith("000000"))
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         done = dict(zip(order, pool.map(child, [specs[k] for k in order]), strict=True))
     results = [done[k] for k in range(len(specs))]
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"command": "python -m benchmarks.reorder " + " ".join(argv or sys.argv[1:])}
+    if args.budget_only:
+        payload |= {"budget_fractions": BUDGET_FRACTIONS, "results": results}
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        table = budget_markdown(results)
+        args.json.with_suffix(".md").write_text(table)
+        print(table)
+        return
     synthetic = [r for r in results if r["table"].startswith("synthetic")]
     scaling = None
     if len(synthetic) >= 2:
@@ -247,8 +384,6 @@ def main(argv: list[str] | None = None) -> None:
             "time_ratio": b["methods"]["ggr"]["seconds"] / a["methods"]["ggr"]["seconds"],
             "nlogn_ratio": (b["rows"] * math.log(b["rows"])) / (a["rows"] * math.log(a["rows"])),
         }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"command": "python -m benchmarks.reorder " + " ".join(argv or sys.argv[1:])}
     payload |= {"results": results, "ggr_scaling": scaling, "published": PUBLISHED}
     args.json.write_text(json.dumps(payload, indent=2) + "\n")
     table = markdown(results, scaling)
