@@ -52,6 +52,7 @@ from llm_assets.query_parts import (
     LLMFilter,
     Predicate,
     Retrieval,
+    SemanticJoin,
     Source,
     bare_name,
     split_column,
@@ -94,6 +95,8 @@ class LLMQuery:
     """Output columns: qualified base columns, LLM call or retrieval names, aggregate aliases."""
     aggregate: Aggregate | None = None
     """The final aggregation, if any."""
+    semantic_joins: tuple[SemanticJoin, ...] = ()
+    """Sources joined by an LLM predicate in ON (their calls run first, on candidate pairs)."""
 
     def __post_init__(self) -> None:
         if not self.sources:
@@ -149,11 +152,37 @@ class LLMQuery:
                     raise ValueError(
                         f"join {j.sql()} names unknown alias {alias!r}; sources: {aliases}"
                     )
+        semantic = {s.alias: s for s in self.semantic_joins}
         for i, alias in enumerate(aliases[1:], start=1):
-            if not self.joins_for(i):
+            if not self.joins_for(i) and alias not in semantic:
                 raise ValueError(
-                    f"source {alias!r} is not joined to any of {aliases[:i]}; "
-                    f"add a join condition (cross joins are not supported)"
+                    f"source {alias!r} is not joined to any of {aliases[:i]}; add a join "
+                    f"condition (a.x = b.y, or an LLM predicate in ON for a semantic join; "
+                    f"plain cross joins are not supported)"
+                )
+        if self.semantic_joins and self.retrievals:
+            raise ValueError(
+                f"query {self.name!r}: a semantic join (an LLM predicate in JOIN ON) with "
+                f"similarity_search is not supported; run them as two queries"
+            )
+        calls = {c.name: c for c in self.llm_calls}
+        filtered = {f.call_name for f in self.llm_filters}
+        for join in self.semantic_joins:
+            if join.alias not in aliases[1:]:
+                raise ValueError(
+                    f"semantic join names {join.alias!r}, not a joined source: {aliases[1:]}"
+                )
+            if join.call_name not in calls or join.call_name not in filtered:
+                raise ValueError(
+                    f"semantic join of {join.alias!r}: LLM call {join.call_name!r} is not a "
+                    f"filtered LLM call of the query"
+                )
+            read = {f.split(".", 1)[0] for f in calls[join.call_name].fields if "." in f}
+            earlier = set(aliases[: aliases.index(join.alias)])
+            if join.alias not in read or not read & earlier:
+                raise ValueError(
+                    f"the LLM condition joining {join.alias!r} must read a column of "
+                    f"{join.alias!r} and one of {sorted(earlier)}; it reads {sorted(read)}"
                 )
 
     def joins_for(self, i: int) -> list[Join]:

@@ -228,6 +228,19 @@ class Retrieval:
 
 
 @dataclass(frozen=True)
+class SemanticJoin:
+    """`JOIN b ON LLM('... {x} ... {y}', a.x, b.y) = 'yes'`: source `alias` is joined to the
+    earlier sources by the answer of LLM call `call_name` (with its `LLMFilter`), after any
+    equi-join conjuncts of the same ON. The candidate pairs are the join without it (a cross
+    product, or the equi-join); the pairs the filter keeps are the join's rows."""
+
+    alias: str
+    """The source joined."""
+    call_name: str
+    """The LLM call deciding each pair."""
+
+
+@dataclass(frozen=True)
 class LLMFilter:
     """`LLM(...) op value` in WHERE: keeps the rows whose answer of `call_name` satisfies it.
     Applies right after that call, before later calls."""

@@ -48,11 +48,15 @@ def _table(source: Source, tables: Mapping[str, str] | None) -> exp.Table:
 
 
 def _from_clauses(query: LLMQuery, tables: Mapping[str, str] | None) -> list[exp.Expression]:
-    """`FROM first AS a` and one `JOIN ... ON ...` per later source, as sqlglot nodes."""
+    """`FROM first AS a` and one `JOIN ... ON ...` per later source (`CROSS JOIN` for a source
+    joined only by an LLM predicate: its candidate pairs), as sqlglot nodes."""
     clauses: list[exp.Expression] = [exp.From(this=_table(query.sources[0], tables))]
     for i, source in enumerate(query.sources[1:], start=1):
-        on = exp.and_(*(j.condition() for j in query.joins_for(i)))
-        clauses.append(exp.Join(this=_table(source, tables), on=on))
+        conditions = [j.condition() for j in query.joins_for(i)]
+        if conditions:
+            clauses.append(exp.Join(this=_table(source, tables), on=exp.and_(*conditions)))
+        else:  # a semantic join without an equi-key: every pair is a candidate
+            clauses.append(exp.Join(this=_table(source, tables), kind="CROSS"))
     return clauses
 
 

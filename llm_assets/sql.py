@@ -100,7 +100,8 @@ from sqlglot import exp
 
 from llm_assets.query import LLMQuery
 from llm_assets.sql_ast import case_twin, parse_error
-from llm_assets.sql_clauses import Compiler, SQLError, show
+from llm_assets.sql_clauses import Compiler
+from llm_assets.sql_nodes import SQLError, show
 
 SUPPORTED_CLAUSES = ("expressions", "from_", "joins", "where", "group")
 
@@ -178,9 +179,10 @@ def compile_sql(
             predicates=tuple(predicates),
             retrievals=tuple(c.retrievals.values()),
             llm_calls=tuple(c.calls),
-            llm_filters=tuple(filters),
+            llm_filters=tuple(c.join_filters + filters),
             projection=tuple(projection),
             aggregate=aggregate,
+            semantic_joins=tuple(c.semantic_joins),
         )
     except ValueError as exc:
         raise SQLError(f"{exc} in: {show(stmt)}") from exc

@@ -25,60 +25,27 @@ from llm_assets.query_parts import (
     LLMFilter,
     Predicate,
     Retrieval,
+    SemanticJoin,
     Source,
 )
-from llm_assets.sql_ast import alias_problem, check_name, column_problem, table_problem
-from llm_assets.sql_outputs import Implied, resolve, split_options
-
-DEFAULT_K = 3
-"""`similarity_search` k when not given."""
-
-LLM_FUNCTION = "LLM"
-SEARCH_FUNCTION = "SIMILARITY_SEARCH"
-AGGREGATES: dict[type[exp.Expression], str] = {
-    exp.Avg: "AVG",
-    exp.Sum: "SUM",
-    exp.Count: "COUNT",
-    exp.Min: "MIN",
-    exp.Max: "MAX",
-}
-ACCEPTED_AGGREGATES = (
-    "AVG/SUM/COUNT/MIN/MAX(LLM(...)) and COUNT(*) are supported, with or without GROUP BY"
+from llm_assets.sql_ast import alias_problem, column_problem, table_problem
+from llm_assets.sql_nodes import (
+    ACCEPTED_AGGREGATES,
+    AGGREGATES,
+    DEFAULT_K,
+    SEARCH_FUNCTION,
+    SQLError,
+    checked_name,
+    conjuncts,
+    has_llm,
+    is_call,
+    is_count_star,
+    is_llm,
+    is_llm_aggregate,
+    llm_comparison,
+    show,
 )
-
-
-class SQLError(ValueError):
-    """LLM-SQL that cannot be compiled; the message names the offending clause."""
-
-
-def _is_call(node: exp.Expression, name: str) -> bool:
-    return isinstance(node, exp.Anonymous) and str(node.name).upper() == name
-
-
-def _is_llm(node: exp.Expression) -> bool:
-    return _is_call(node, LLM_FUNCTION)
-
-
-def _has_llm(node: exp.Expression) -> bool:
-    return any(_is_llm(n) for n in node.walk())
-
-
-def _name(kind: str, value: str, problem, clause: str) -> str:
-    """`value` if it is an acceptable name of this kind, else SQLError naming it."""
-    try:
-        return check_name(kind, value, problem)
-    except ValueError as exc:
-        raise SQLError(f"{exc} (in {clause})") from exc
-
-
-def show(node: exp.Expression) -> str:
-    """The clause as DuckDB SQL, each LLM call inside it shortened to `LLM(...)` (a clause that
-    is itself one LLM call is shown whole)."""
-    copy = node.copy()
-    for n in list(copy.find_all(exp.Anonymous)):
-        if _is_llm(n):
-            n.replace(exp.Anonymous(this=LLM_FUNCTION, expressions=[exp.var("...")]))
-    return copy.sql(dialect="duckdb")
+from llm_assets.sql_outputs import Implied, resolve, split_options
 
 
 @dataclass
@@ -87,6 +54,9 @@ class Compiler:
     sources: list[Source] = field(default_factory=list)
     calls: list[LLMCall] = field(default_factory=list)
     retrievals: dict[str, Retrieval] = field(default_factory=dict)
+    semantic_joins: list[SemanticJoin] = field(default_factory=list)
+    join_filters: list[LLMFilter] = field(default_factory=list)
+    """The LLM filters of semantic joins (they run first: they decide the join's rows)."""
 
     # ---- columns ------------------------------------------------------------------------
 
@@ -98,7 +68,7 @@ class Compiler:
         has a single source."""
         if col.args.get("db") or col.args.get("catalog"):
             raise SQLError(f"unsupported column {col.sql()} in {clause}: {show(where)}")
-        _name("column name", col.name, column_problem, clause)
+        checked_name("column name", col.name, column_problem, clause)
         if col.table:
             if col.table not in self.aliases():
                 raise SQLError(
@@ -122,24 +92,25 @@ class Compiler:
         alias = node.args.get("alias")
         if alias is not None and alias.columns:
             raise SQLError(f"unsupported in {clause}: {show(node)} (column aliases on a table)")
-        _name("table name", table, table_problem, clause)
-        return Source(_name("source alias", node.alias_or_name, alias_problem, clause), table)
+        checked_name("table name", table, table_problem, clause)
+        return Source(
+            checked_name("source alias", node.alias_or_name, alias_problem, clause), table
+        )
 
     def joins(self, select: exp.Select) -> list[Join]:
         out: list[Join] = []
         for j in select.args.get("joins") or []:
             if j.side or j.kind not in ("", "INNER") or j.args.get("using") or not j.args.get("on"):
                 raise SQLError(
-                    f"unsupported in JOIN: {show(j).strip()} (only INNER JOIN ... ON a.x = b.y)"
+                    f"unsupported in JOIN: {show(j).strip()} (only INNER JOIN ... ON a.x = b.y, "
+                    f"or ON LLM(...) = 'yes' for a semantic join)"
                 )
             self.sources.append(self.source(j.this, "JOIN"))
             on = j.args["on"]
-            for cond in _conjuncts(on):
-                if _has_llm(cond):
-                    raise SQLError(
-                        f"unsupported in JOIN ON: {show(cond)} (LLM calls are not allowed "
-                        f"in join conditions; move them to WHERE)"
-                    )
+            for cond in conjuncts(on):
+                if has_llm(cond):
+                    self.semantic_join(cond)
+                    continue
                 if not (
                     isinstance(cond, exp.EQ)
                     and isinstance(cond.this, exp.Column)
@@ -156,6 +127,24 @@ class Compiler:
                 except ValueError as exc:
                     raise SQLError(f"unsupported in JOIN ON: {show(cond)} ({exc})") from exc
         return out
+
+    def semantic_join(self, cond: exp.Expression) -> None:
+        """`LLM(...) = 'literal'` in JOIN ON: an LLM call and filter deciding which candidate
+        pairs of the source just joined are rows of the join (at most one per source)."""
+        alias = self.sources[-1].alias
+        llm, literal, op = llm_comparison(cond)
+        if llm is None:
+            raise SQLError(
+                f"unsupported in JOIN ON: {show(cond)} (an LLM call in ON must be a top-level "
+                f"AND conjunct of the form LLM(...) = 'literal')"
+            )
+        if any(s.alias == alias for s in self.semantic_joins):
+            raise SQLError(
+                f"unsupported in JOIN ON: {show(cond)} (one LLM condition per joined table)"
+            )
+        call = self.llm_call(llm, "JOIN ON", cond, None, Implied.choice(literal, show(cond)))
+        self.join_filters.append(LLMFilter(call.name, op, literal))
+        self.semantic_joins.append(SemanticJoin(alias, call.name))
 
     # ---- LLM calls -------------------------------------------------------------------------
 
@@ -190,7 +179,7 @@ class Compiler:
         for arg in positional:
             if isinstance(arg, exp.Column):
                 columns.append(self.qualify(arg, clause, where))
-            elif _is_call(arg, SEARCH_FUNCTION):
+            elif is_call(arg, SEARCH_FUNCTION):
                 columns.append(None)
                 searches.append(arg)
             else:
@@ -282,11 +271,11 @@ class Compiler:
         node = select.args.get("where")
         if node is None:
             return predicates, filters
-        for cond in _conjuncts(node.this):
-            if not _has_llm(cond):
+        for cond in conjuncts(node.this):
+            if not has_llm(cond):
                 predicates.append(self.predicate(cond))
                 continue
-            llm, literal, op = _llm_comparison(cond)
+            llm, literal, op = llm_comparison(cond)
             if llm is None:
                 raise SQLError(
                     f"unsupported in WHERE: {show(cond)} (an LLM call in WHERE must be a "
@@ -302,7 +291,7 @@ class Compiler:
                 n
                 for n in cond.walk()
                 if isinstance(n, exp.AggFunc)
-                or _is_call(n, SEARCH_FUNCTION)
+                or is_call(n, SEARCH_FUNCTION)
                 or isinstance(n, exp.Window)
             ),
             None,
@@ -339,10 +328,10 @@ class Compiler:
                         f"not supported; write {node.sql()})"
                     )
                 projection.append(self.qualify(node, "SELECT", item))
-            elif _is_llm(node):
+            elif is_llm(node):
                 call = self.llm_call(node, "SELECT", item, alias, Implied.nothing())
                 projection.append(call.name)
-            elif _is_llm_aggregate(node):
+            elif is_llm_aggregate(node):
                 if any(call is not None for _, _, call, _, _ in aggregated):
                     raise SQLError(
                         f"unsupported in SELECT: {show(item)} (only one aggregate per query "
@@ -351,14 +340,14 @@ class Compiler:
                     )
                 aggregated.append((len(projection), AGGREGATES[type(node)], node.this, item, alias))
                 projection.append("")  # placeholder, filled with the aggregate alias below
-            elif _is_count_star(node):
+            elif is_count_star(node):
                 aggregated.append((len(projection), "COUNT", None, item, alias))
                 projection.append("")
             else:
                 why = (
                     "an LLM call may appear bare, aliased, or as the only argument of "
                     f"AVG/SUM/COUNT/MIN/MAX; {ACCEPTED_AGGREGATES}"
-                    if _has_llm(node)
+                    if has_llm(node)
                     else f"only columns, LLM(...), {ACCEPTED_AGGREGATES}"
                 )
                 raise SQLError(f"unsupported in SELECT: {show(item)} ({why})")
@@ -394,43 +383,3 @@ class Compiler:
         except ValueError as exc:
             raise SQLError(f"{exc} in SELECT: {show(select)}") from exc
         return projection, aggregate, group_by
-
-
-def _is_llm_aggregate(node: exp.Expression) -> bool:
-    """`AVG|SUM|COUNT|MIN|MAX(LLM(...))` with nothing else (no DISTINCT, no second argument)."""
-    return type(node) in AGGREGATES and _is_llm(node.this) and not _extra_args(node)
-
-
-def _extra_args(node: exp.Expression) -> list[str]:
-    """Arguments of an aggregate besides its one operand (DISTINCT, a second argument);
-    `big_int`, sqlglot's marker for DuckDB's 64-bit COUNT, is not one."""
-    return [k for k, v in node.args.items() if v and k not in ("this", "big_int")]
-
-
-def _is_count_star(node: exp.Expression) -> bool:
-    """`COUNT(*)`: the rows that reach the aggregate (passed and answered), per group."""
-    return isinstance(node, exp.Count) and isinstance(node.this, exp.Star) and not _extra_args(node)
-
-
-def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
-    """Top-level AND conjuncts, looking through parentheses."""
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]
-
-
-def _llm_comparison(cond: exp.Expression) -> tuple[exp.Anonymous | None, str, str]:
-    """(LLM call, literal, op) for `LLM(...) = 'x'` (either side, `=`, `!=` or `<>`)."""
-    while isinstance(cond, exp.Paren):
-        cond = cond.this
-    if not isinstance(cond, exp.EQ | exp.NEQ):
-        return None, "", ""
-    op = "=" if isinstance(cond, exp.EQ) else "!="
-    for a, b in ((cond.this, cond.expression), (cond.expression, cond.this)):
-        if _is_llm(a) and isinstance(b, exp.Literal) and b.is_string:
-            if any(_is_llm(n) for n in a.expressions for n in n.walk()):
-                return None, "", ""
-            return a, b.this, op
-    return None, "", ""

@@ -1,34 +1,31 @@
 """Small builders, one per stage, that the factory assembles into a query lineage:
 
-    <sources>  ->  filtered  [-> embeddings, retrieved]  ->  deduped -> request_plan
-      -> llm_outputs  [-> deduped_2 -> request_plan_2 -> llm_outputs_2 ...]  ->  result -> answer
+    <sources>  ->  filtered  [-> retrieved | -> pairs]  [-> llm_filter_order]  ->  deduped
+      -> request_plan -> llm_outputs  [-> deduped_2 -> request_plan_2 -> llm_outputs_2 ...]
+      ->  result -> answer
 
-Each asset is a thin wrapper over `llm_assets.pipeline` functions; checks are in `checks.py`.
+This module builds the assets up to the LLM stages; `stage_assets.py` the LLM stages, `result`
+and `answer`. Each asset is a thin wrapper over `llm_assets.pipeline` functions; checks are
+in `checks.py`.
 Resources are looked up by key (`options`, `gx`, `tracker`, `response_cache` and the query's
 engine key), so one code location can run queries on different engines.
 """
-
-import time
-from collections.abc import Callable
 
 import dagster as dg
 import pandas as pd
 
 from llm_assets.assets import checks
 from llm_assets.assets.definition import QueryDefinition
-from llm_assets.assets.tracking import log_llm_run
-from llm_assets.pipeline.filtering import run_filtered
+from llm_assets.pipeline.filtering import PAIR, run_filtered
 from llm_assets.pipeline.options import QueryOptions
-from llm_assets.pipeline.plan import first_prompt, plan_stage, relquery_id
-from llm_assets.pipeline.results import accounting, row_counts, run_answer, run_result
 from llm_assets.pipeline.retrieval import retrieve
-from llm_assets.pipeline.rows import INPUT, SKIP, stage_input
-from llm_assets.pipeline.send import StageSend
+from llm_assets.pipeline.rows import SKIP
 from llm_assets.pipeline.typecheck import check_predicates
 from llm_assets.query_parts import LLMCall
 from llm_assets.query_sql import pre_llm_sql
 
 COMMON = {"options", "gx"}
+PAIR_CHECKS = checks.PAIR_CHECKS
 
 
 def _options(context, qdef: QueryDefinition) -> QueryOptions:
@@ -147,7 +144,7 @@ def filtered_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
         by_table = {t: frames[_arg(t)] for t in tables}
         try:  # a landed file or an asset: checked here, one line
             check_predicates(qdef.query, by_table)
-            out = run_filtered(qdef.query, by_table, options.pushdown)
+            out = run_filtered(qdef.query, by_table, options.pushdown, options.max_pairs)
         except ValueError as exc:
             raise dg.Failure(str(exc)) from None
         sql = pre_llm_sql(qdef.query, options.pushdown)
@@ -167,6 +164,51 @@ def filtered_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
             yield checks.fields_check(qdef, out, options, context.resources.gx)
 
     return filtered
+
+
+def pairs_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
+    """A semantic join's candidate pairs (the rows of `filtered`), each asked once: counted
+    and bounded by `max_pairs` before anything was materialised (`run_filtered`), checked
+    here for the bound and for duplicates, with each side's size in the metadata."""
+    query = qdef.query
+    checks_ = [dg.AssetCheckSpec(n, asset=qdef.key("pairs"), blocking=True) for n in PAIR_CHECKS]
+
+    @dg.asset(
+        key=qdef.key("pairs"),
+        ins={"filtered": dg.AssetIn(qdef.key("filtered"))},
+        group_name=qdef.name,
+        kinds={"pandas"},
+        partitions_def=qdef.partitions_def,
+        backfill_policy=qdef.backfill_policy,
+        check_specs=checks_ + checks.fields_check_specs(qdef, "pairs"),
+        required_resource_keys=COMMON,
+        description="Candidate pairs of the semantic join (an LLM predicate in JOIN ON), "
+        "each asked once; bounded by max_pairs.",
+    )
+    def pairs(context: dg.AssetExecutionContext, filtered: pd.DataFrame):
+        options = _options(context, qdef)
+        sides = {
+            s.alias: int(filtered[f"{PAIR}{s.alias}"].nunique()) if len(filtered) else 0
+            for s in query.sources
+        }
+        yield dg.Output(
+            filtered,
+            metadata={
+                "candidate_pairs": len(filtered),
+                "max_pairs": options.max_pairs,
+                **{f"rows_of_{alias}": n for alias, n in sides.items()},
+            },
+        )
+        problems = checks.pair_problems(filtered, query, options.max_pairs)
+        for name in PAIR_CHECKS:
+            yield dg.AssetCheckResult(
+                check_name=name,
+                passed=not problems[name],
+                metadata={"problems": "; ".join(problems[name]) or "none"},
+            )
+        yield checks.fields_check(qdef, filtered, options, context.resources.gx)
+
+    return pairs
 
 
 def retrieved_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
@@ -243,180 +285,3 @@ def filter_order_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
         )
 
     return llm_filter_order
-
-
-# ---- one LLM stage ------------------------------------------------------------------------
-
-
-def send(context: dg.AssetExecutionContext, stage: StageSend):
-    """The default `execute` of an LLM stage: `stage.send()` (`pipeline.send.send_stage`)."""
-    return stage.send()
-
-
-Execute = Callable[[dg.AssetExecutionContext, StageSend], tuple]
-"""How `llm_outputs` sends its stage: (context, StageSend) -> (outputs, outcome)."""
-
-
-def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall, execute: Execute = send) -> list:
-    """deduped + request_plan (one multi-asset: both come from one planning pass) and
-    llm_outputs of LLM call k, with their checks. `llm_outputs` sends through `execute`
-    (`LLMQueryComponent.execute`; by default `send`)."""
-    s = qdef.stage_suffix(k)
-    engine_key = qdef.engine_key
-    what = f"LLM stage {k + 1} (its call: {ORDER})" if qdef.reorders_filters else call.name
-
-    @dg.multi_asset(
-        name=f"{qdef.name}_plan{s}",
-        outs={
-            "deduped": dg.AssetOut(
-                key=qdef.key(f"deduped{s}"),
-                kinds={"pandas"},
-                description=f"Rows for {what} with exact-dedup input ids.",
-            ),
-            "request_plan": dg.AssetOut(
-                key=qdef.key(f"request_plan{s}"),
-                kinds={"pandas"},
-                description=f"Prompts for {what} in submission order (row/field reorder).",
-            ),
-        },
-        ins=_ins(qdef, k),
-        group_name=qdef.name,
-        partitions_def=qdef.partitions_def,
-        backfill_policy=qdef.backfill_policy,
-        required_resource_keys=COMMON | {engine_key},
-    )
-    def plan(context: dg.AssetExecutionContext, **ins):
-        options = _options(context, qdef)
-        engine = getattr(context.resources, engine_key).engine
-        rows = stage_input(ins["base"], qdef.query, _previous(qdef, k, ins))
-        started = time.perf_counter()
-        deduped, planned = plan_stage(qdef.query, _calls(qdef, ins)[k], rows, options, engine)
-        live = deduped[deduped[INPUT] >= 0]
-        yield dg.Output(
-            deduped,
-            output_name="deduped",
-            metadata={
-                "rows": len(deduped),
-                "skipped": int(deduped["_skip"].notna().sum()),
-                "distinct_inputs": len(planned),
-                "dedup_ratio": len(planned) / len(live) if len(live) else 1.0,
-            },
-        )
-        yield dg.Output(
-            planned,
-            output_name="request_plan",
-            metadata={
-                "n_requests": len(planned),
-                "method": options.method,
-                "reorder_s": round(time.perf_counter() - started, 4),
-                "truncated": int(planned["truncated"].sum()),
-                "too_long": int(planned["error"].notna().sum()),
-                "prompt_style": options.prompt_style,
-                "first_prompt": dg.MetadataValue.text(first_prompt(planned) or ""),
-            },
-        )
-
-    @dg.asset(
-        key=qdef.key(f"llm_outputs{s}"),
-        ins={
-            "plan": dg.AssetIn(qdef.key(f"request_plan{s}")),
-            "deduped": dg.AssetIn(qdef.key(f"deduped{s}")),
-            **_order_in(qdef),
-        },
-        group_name=qdef.name,
-        kinds={qdef.engine_kind},
-        partitions_def=qdef.partitions_def,
-        backfill_policy=qdef.backfill_policy,
-        required_resource_keys=COMMON | {engine_key, "response_cache", "tracker"},
-        # one concurrency pool per engine: concurrent runs never send more LLM stages at once
-        # than its limit (`dagster instance concurrency set llm_engine 2`)
-        pool=engine_key,
-        description=f"Answers of {what}, one row per distinct request.",
-    )
-    def llm_outputs(context: dg.AssetExecutionContext, plan: pd.DataFrame, deduped, **order):
-        options = _options(context, qdef)
-        engine_resource = getattr(context.resources, engine_key)
-        this = _calls(qdef, order)[k]
-        relquery = relquery_id(qdef.query, this)
-        started = time.perf_counter()
-        cache = context.resources.response_cache.cache()
-        context.log.info(f"{relquery}: {int(plan['error'].isna().sum()):,} requests to send")
-
-        def progress(done: int, total: int) -> None:
-            context.log.info(f"{relquery}: {done:,}/{total:,} requests done")
-
-        def report(outputs: pd.DataFrame, sent) -> None:
-            """Metrics and the MLflow run, also for a stage that then fails its error guard
-            (answered requests are in the response cache: a rerun sends the rest)."""
-            live = deduped[deduped[INPUT] >= 0]
-            metrics = {
-                "wall_time_s": time.perf_counter() - started,
-                "rows_to_llm": len(live),
-                "dedup_ratio": len(plan) / len(live) if len(live) else 1.0,
-                "errors": int(outputs["error"].notna().sum()),
-                "spec_violations": int(outputs["violation"].notna().sum()),
-                "cache_hits": sent.cache_hits,
-                "requests_sent": sent.sent,
-                **row_counts(deduped, outputs),
-            }
-            data = qdef.data_label(_partitions(context))
-            meta = log_llm_run(
-                context, qdef, options, engine_resource, sent.stats, metrics, data=data
-            )
-            context.add_output_metadata(meta)
-
-        stage = StageSend(
-            engine_resource.engine,
-            relquery,
-            plan,
-            this,
-            options,
-            cache=cache,
-            progress=progress,
-            report=report,
-        )
-        outputs, _ = execute(context, stage)
-        return outputs
-
-    return [plan, llm_outputs, *checks.stage_checks(qdef, k, call)]
-
-
-# ---- result and answer ------------------------------------------------------------------------
-
-
-def result_assets(qdef: QueryDefinition) -> list:
-    n = len(qdef.query.llm_calls)
-
-    @dg.asset(
-        key=qdef.key("result"),
-        ins=_ins(qdef, n),
-        group_name=qdef.name,
-        kinds={"pandas"},
-        partitions_def=qdef.partitions_def,
-        backfill_policy=qdef.backfill_policy,
-        required_resource_keys=COMMON,
-        description="Every row of the join with its answers, status (answered / skipped / "
-        "failed) and reason.",
-    )
-    def result(context: dg.AssetExecutionContext, **ins):
-        options = _options(context, qdef)
-        out = run_result(ins["base"], qdef.query, _previous(qdef, n, ins), options.pushdown)
-        context.add_output_metadata(accounting(out))
-        return out
-
-    @dg.asset(
-        key=qdef.key("answer"),
-        ins={"result": dg.AssetIn(qdef.key("result"))},
-        group_name=qdef.name,
-        kinds={"pandas"},
-        partitions_def=qdef.partitions_def,
-        backfill_policy=qdef.backfill_policy,
-        description="The query's output: projected rows that passed, or the aggregate.",
-    )
-    def answer(context: dg.AssetExecutionContext, result: pd.DataFrame):
-        out = run_answer(result, qdef.query)
-        preview = out.head(5).to_markdown(index=False)
-        context.add_output_metadata({"rows": len(out), "preview": dg.MetadataValue.md(preview)})
-        return out
-
-    return [result, answer, checks.result_check(qdef)]

@@ -9,6 +9,7 @@ import pandas as pd
 
 from llm_assets.assets.definition import QueryDefinition
 from llm_assets.optimizer.schedule import validate_schedule
+from llm_assets.pipeline.filtering import PAIR
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.results import accounting
 from llm_assets.pipeline.rows import INPUT, ROW, SKIP
@@ -17,6 +18,7 @@ from llm_assets.query_parts import LLMCall
 from resources.expectations import Expect, GXValidator
 
 FIELDS_CHECK = "llm_fields_present"
+PAIR_CHECKS = ("pairs_within_bound", "no_duplicate_pair")
 ORDER = "llm_filter_order"
 """The asset holding a run's LLM filter order (`builders.filter_order_asset`)."""
 
@@ -120,6 +122,24 @@ def template_columns(qdef: QueryDefinition, frame: pd.DataFrame) -> list[str]:
             expanded = sorted(c for c in frame.columns if c.startswith(f"{column}_"))
             columns += [column] if column in frame.columns or not expanded else expanded
     return list(dict.fromkeys(columns))
+
+
+def pair_problems(pairs: pd.DataFrame, query: LLMQuery, max_pairs: int) -> dict[str, list[str]]:
+    """Per check of a semantic join's candidate pairs, what is wrong: more pairs than
+    `max_pairs` (`pairs_within_bound`), or two rows for the same source rows
+    (`no_duplicate_pair`: each pair must be asked once)."""
+    columns = [f"{PAIR}{s.alias}" for s in query.sources]
+    bound = [] if len(pairs) <= max_pairs else [f"{len(pairs):,} pairs > max_pairs {max_pairs:,}"]
+    missing = [c for c in columns if c not in pairs.columns]
+    if missing:
+        return {"pairs_within_bound": bound, "no_duplicate_pair": [f"no column {missing}"]}
+    dupes = pairs[pairs.duplicated(columns, keep=False)]
+    duplicate = []
+    if len(dupes):
+        first = dupes.iloc[0]
+        where = ", ".join(f"{c[len(PAIR) :]} row {int(first[c])}" for c in columns)
+        duplicate = [f"{len(dupes)} rows repeat a pair (first: {where})"]
+    return {"pairs_within_bound": bound, "no_duplicate_pair": duplicate}
 
 
 # ---- Dagster wrappers -----------------------------------------------------------------------

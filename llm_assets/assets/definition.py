@@ -206,8 +206,11 @@ class QueryDefinition:
 
     @property
     def base(self) -> str:
-        """The relation the LLM stages read: `retrieved` for retrieval queries, else `filtered`."""
-        return "retrieved" if self.query.retrievals else "filtered"
+        """The relation the LLM stages read: `retrieved` for retrieval queries, `pairs` for a
+        semantic join (its candidate pairs), else `filtered`."""
+        if self.query.retrievals:
+            return "retrieved"
+        return "pairs" if self.query.semantic_joins else "filtered"
 
     @staticmethod
     def stage_suffix(k: int) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 
 import dagster as dg
 
-from llm_assets.assets import builders
+from llm_assets.assets import builders, stage_assets
 from llm_assets.assets.definition import LandingSpec, QueryDefinition
 from llm_assets.assets.executor import query_executor
 from llm_assets.assets.landing import landing_sensor
@@ -34,13 +34,13 @@ from llm_assets.assets.validation import check_sources
 def lineage(
     qdef: QueryDefinition,
     translation: TranslationArg = None,
-    execute: builders.Execute = builders.send,
+    execute: stage_assets.Execute = stage_assets.send,
 ) -> dg.Definitions:
     """Every asset, check and sensor of one declared query, after `check_sources` (its files
     and DuckDB tables exist, have the columns the query reads, and its predicates run on
     their types: one ValueError line otherwise); `translation` customises the assets' specs
     (`llm_assets.assets.translation`: tags, owners, kinds, automation condition, ...);
-    `execute` sends each LLM stage (`builders.send` by default)."""
+    `execute` sends each LLM stage (`stage_assets.send` by default)."""
     check_sources(qdef)
     defs: list = [
         builders.source_asset(qdef, table)
@@ -50,11 +50,13 @@ def lineage(
     defs.append(builders.filtered_asset(qdef))
     if qdef.query.retrievals:
         defs.append(builders.retrieved_asset(qdef))
+    if qdef.query.semantic_joins:
+        defs.append(builders.pairs_asset(qdef))
     if qdef.reorders_filters:
         defs.append(builders.filter_order_asset(qdef))
     for k, call in enumerate(qdef.query.llm_calls):
-        defs += builders.stage_assets(qdef, k, call, execute)
-    defs += builders.result_assets(qdef)
+        defs += stage_assets.stage_assets(qdef, k, call, execute)
+    defs += stage_assets.result_assets(qdef)
     assets = [d for d in defs if not isinstance(d, dg.AssetChecksDefinition)]
     return dg.Definitions(
         assets=translate_assets(qdef, assets, translation),

@@ -80,8 +80,46 @@ def as_arrow(table: pa.Table | pd.DataFrame) -> pa.Table:
     return pa.Table.from_pandas(table, preserve_index=False)
 
 
+PAIR = "_pair_"
+"""In a semantic join's `filtered`: `_pair_<alias>` is the pair's row number in that source."""
+
+
+def count_pairs(con: duckdb.DuckDBPyConnection, inner: str) -> int:
+    """The rows of the pre-LLM relation `inner` (SQL built from the query model), counted by
+    DuckDB without materialising them (a cross product's count is the product of its sides)."""
+    select = exp.select(exp.func("COUNT", exp.Star())).from_(
+        exp.paren(sqlglot.parse_one(inner, read="duckdb")).as_("_pairs")
+    )
+    return int(con.execute(select.sql(dialect="duckdb")).fetchone()[0])
+
+
+def check_pairs(
+    query: LLMQuery,
+    con: duckdb.DuckDBPyConnection,
+    inner: str,
+    tables: Mapping[str, pa.Table | pd.DataFrame],
+    max_pairs: int | None,
+) -> int:
+    """The number of candidate pairs of a semantic join (`count_pairs`); over `max_pairs` it
+    is a one-line ValueError naming the count, each table's size and the ways to bring it
+    down, raised before any pair is materialised or any request is sent."""
+    n = count_pairs(con, inner)
+    if max_pairs is not None and n > max_pairs:
+        sizes = " x ".join(f"{s.table} ({len(tables[s.table]):,} rows)" for s in query.sources)
+        raise ValueError(
+            f"query {query.name!r}: the semantic join of {sizes} has {n:,} candidate pairs, "
+            f"over max_pairs={max_pairs:,}; bring it down with an equi-key in ON "
+            f"(a.k = b.k AND LLM(...) = 'yes'), a WHERE filter on either table, or raise "
+            f"max_pairs"
+        )
+    return n
+
+
 def run_filtered(
-    query: LLMQuery, tables: Mapping[str, pa.Table | pd.DataFrame], pushdown: bool
+    query: LLMQuery,
+    tables: Mapping[str, pa.Table | pd.DataFrame],
+    pushdown: bool,
+    max_pairs: int | None = None,
 ) -> pd.DataFrame:
     """Every row of the join of the sources, numbered `_row` in stored order (by row number in
     the largest source, then in the others; never sorted on values, so the FIFO baseline sees
@@ -89,7 +127,11 @@ def run_filtered(
     the row before any LLM call (evaluated in DuckDB), else None.
 
     Runs on `locked_connection()`: the user's SQL reaches only the registered tables. A source
-    with columns but no row (a header-only file) is a ValueError: the run would ask nothing."""
+    with columns but no row (a header-only file) is a ValueError: the run would ask nothing.
+
+    A semantic join's rows are its candidate pairs (with `pushdown`, those its predicates
+    keep), counted first and refused over `max_pairs` (`check_pairs`); each row keeps its
+    source rows as `_pair_<alias>`."""
     check_columns(query, {t: list(_columns(frame)) for t, frame in tables.items()})
     empty = sorted({s.table for s in query.sources if len(tables[s.table]) == 0})
     if empty:
@@ -112,8 +154,13 @@ def run_filtered(
             con.execute(_typed_view(f"_t{i}", f"_raw{i}", table, typed.get(source.alias, ())))
             relation[source.table] = f"_t{i}"
         rows = {s.alias: f"_src_{i}" for i, s in enumerate(query.sources)}
-        inner = pre_llm_sql(query, False, tables=relation, source_row_columns=rows)
-        skip = _skip_reason(query) if pushdown else exp.null()
+        # a semantic join's rows are its candidate pairs: with pushdown its predicates remove
+        # pairs before they exist (no skipped row per removed pair of a cross product)
+        semantic = bool(query.semantic_joins)
+        inner = pre_llm_sql(query, semantic and pushdown, tables=relation, source_row_columns=rows)
+        if semantic:
+            check_pairs(query, con, inner, tables, max_pairs)
+        skip = _skip_reason(query) if pushdown and not semantic else exp.null()
         order = [exp.column(rows[query.sources[i].alias], quoted=True) for i in by_size]
         sql = (
             exp.select(exp.Star(), exp.alias_(skip, "_skip", quoted=True))
@@ -123,7 +170,10 @@ def run_filtered(
         frame = con.execute(sql.sql(dialect="duckdb")).df()
     finally:
         con.close()
-    frame = frame.drop(columns=list(rows.values()))
+    if query.semantic_joins:  # each pair's source rows, for the no-duplicate-pair check
+        frame = frame.rename(columns={v: f"{PAIR}{alias}" for alias, v in rows.items()})
+    else:
+        frame = frame.drop(columns=list(rows.values()))
     frame["_skip"] = frame["_skip"].astype(object).where(frame["_skip"].notna(), None)
     frame.insert(0, ROW, np.arange(len(frame), dtype=np.int64))
     return frame

@@ -79,6 +79,11 @@ class QueryOptions(BaseModel):
     chunk_size: int = Field(
         256, description="Requests per committed chunk: a crash loses at most one chunk."
     )
+    max_pairs: int = Field(
+        100_000,
+        description="A semantic join (an LLM predicate in JOIN ON) with more candidate pairs "
+        "is refused before anything is sent.",
+    )
     max_error_rate: float = Field(
         0.01, description="Fail llm_outputs when a larger share of requests fail."
     )
@@ -91,7 +96,7 @@ class QueryOptions(BaseModel):
 
     # Bounds are checked by validators, not Field(ge=...): Dagster's component schema
     # (Resolvable) cannot carry annotated constraints.
-    @field_validator("max_tokens", "max_prompt_tokens", "chunk_size")
+    @field_validator("max_tokens", "max_prompt_tokens", "chunk_size", "max_pairs")
     @classmethod
     def _positive(cls, value: int | None, info) -> int | None:
         if value is not None and value < 1:

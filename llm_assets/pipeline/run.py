@@ -84,7 +84,7 @@ def run_query(
 
     check_predicates(query, tables)  # one line, before anything is sent
     try:
-        filtered = run_filtered(query, tables, options.pushdown)
+        filtered = run_filtered(query, tables, options.pushdown, options.max_pairs)
     except duckdb.Error as exc:
         first = " ".join(str(exc).splitlines()[0].split())
         raise ValueError(f"query {query.name!r}: the SQL before the LLM failed: {first}") from exc

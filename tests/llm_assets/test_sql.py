@@ -161,7 +161,8 @@ REJECTED = [
     ),
     (
         "SELECT a.x FROM t a JOIN u b ON a.k = b.k AND LLM('Same? {y}', a.y) = 'Yes'",
-        ["unsupported in JOIN ON: LLM(...) = 'Yes'", "move them to WHERE"],
+        # a semantic join's LLM condition must compare the two sides (issue 25)
+        ["the LLM condition joining 'b' must read a column of 'b' and one of ['a']"],
     ),
     ("SELECT a.x FROM t a JOIN u b ON a.k > b.k", ["unsupported in JOIN ON: a.k > b.k"]),
     ("SELECT a.x FROM t a LEFT JOIN u b ON a.k = b.k", ["unsupported in JOIN", "LEFT JOIN u AS b"]),
