@@ -19,6 +19,7 @@ machine-independent (pure arithmetic on the batch composition).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -33,8 +34,10 @@ __all__ = [
     "CostCoefficients",
     "Efficiency",
     "coefficients_from_profile",
+    "cuda_graph_sizes",
     "fit",
     "get_timing_profile",
+    "padded_tokens",
 ]
 
 
@@ -54,6 +57,14 @@ class Efficiency:
     """Fixed per-iteration cost outside the GPU kernels (scheduling, sampling, launch)."""
     prefill_request_overhead_s_per_layer: float = 5e-6
     """Extra attention-kernel cost per prefill request and layer (InferMax's linear term)."""
+    async_scheduling: bool = False
+    """The engine forms step k+1's batch while step k runs on the GPU (vLLM's `AsyncScheduler`),
+    so a request that arrives while the engine is busy joins one step later than it would in a
+    synchronous loop (`SimulatedEngine` applies it; an idle engine schedules at once)."""
+    cuda_graphs: bool = False
+    """Batches of up to the largest captured size run as CUDA graphs, their tokens padded up to
+    the next captured size (`cuda_graph_sizes`, `padded_tokens`): the linear layers compute the
+    padding rows too."""
 
 
 DEFAULT_EFFICIENCY = Efficiency()
@@ -71,7 +82,22 @@ DEFAULT_EFFICIENCY = Efficiency()
 #   a prefill chunk's matmul time to a memory-bound decode step instead of overlapping the two,
 #   so it reaches 5.9x there (`benchmarks.fidelity` reports the gap and every other point).
 # The rest keep the early-2024 values (no published figure we found pins them apart).
-CURRENT_EFFICIENCY = Efficiency(matmul=0.70, memory=0.81, step_overhead_s=0.00055)
+# Two engine behaviours of today's vLLM, from its code (no coefficient to fit):
+# - async scheduling, on by default (vllm/config/vllm.py: `async_scheduling` None -> True unless
+#   an incompatible option is set; `EngineCore.step_with_batch_queue` schedules and launches
+#   step k+1 before blocking on step k; PR vllm-project/vllm#19970 notes TTFT rises a little as a
+#   new request waits one more step);
+# - CUDA graphs in FULL_AND_PIECEWISE mode, every batch of up to the largest capture size padded
+#   to the next captured size (vllm/config/compilation.py, `cudagraph_capture_sizes`).
+# Already priced for every profile: decode attention reads each running request's whole KV
+# cache (d, memory-bound) and a prefill chunk sharing a step with decodes adds its time to the
+# step (chunked-prefill interference). Not modelled: the engine's per-step CPU work grows with
+# the batch (the scheduler alone ~13 us per running request in vLLM 0.27.1, simllm PRs #204 and
+# #205, a study its authors left uncertified), but async scheduling runs it beside the GPU
+# step: ~1 ms at 64 requests against a ~7 ms step for an 8B model on an H100, never the pace.
+CURRENT_EFFICIENCY = Efficiency(
+    matmul=0.70, memory=0.81, step_overhead_s=0.00055, async_scheduling=True, cuda_graphs=True
+)
 
 TIMING_PROFILES: dict[str, Efficiency] = {
     "vllm-2024": DEFAULT_EFFICIENCY,
@@ -91,6 +117,21 @@ def get_timing_profile(name: str) -> Efficiency:
         raise ValueError(
             f"unknown timing profile {name!r}; expected one of {sorted(TIMING_PROFILES)}"
         ) from None
+
+
+def cuda_graph_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> tuple[int, ...]:
+    """vLLM's default CUDA-graph capture sizes (vllm/config/vllm.py `_set_cudagraph_sizes`):
+    ``[1, 2, 4] + range(8, 256, 8) + range(256, top + 1, 16)`` with
+    ``top = min(2 * max_num_seqs, 512)``, none above `max_num_batched_tokens`."""
+    top = min(2 * max_num_seqs, 512, max_num_batched_tokens)
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]
+    return tuple(s for s in sizes if s <= top)
+
+
+def padded_tokens(tokens: int, sizes: Sequence[int]) -> int:
+    """`tokens` padded up to the next captured size; unchanged above the largest (eager)."""
+    i = bisect.bisect_left(sizes, tokens)
+    return sizes[i] if i < len(sizes) else tokens
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,10 @@ use):
   arrive at t=0, admitted in submission order); one `Response` per request, in order.
 - ``generate(requests, progress=None) -> list[Response]``: the same, responses only (for the
   HTTP server: one call per HTTP request or per batch of them).
+- ``run_closed_loop(relquery_id, requests, client) -> RunResult``: a benchmark client
+  (`ClosedLoopClient`) co-simulated with the engine: the client sends each request (its arrival)
+  from the tokens it has read so far, and the engine hands it every output token as produced
+  (`benchmarks.lib.sweep` models `vllm bench serve` and threaded Python clients with it).
 - ``run_workload(relqueries, progress=None) -> WorkloadResult``: serve several relQueries
   (`resources.sim.relquery.RelQuery`, each with an `arrival_s` in simulated seconds) on one
   engine; each request enters the waiting queue when the clock reaches its relQuery's arrival
@@ -22,12 +26,17 @@ use):
   ``coefficients``, ``num_kv_blocks``, ``policy_name``, ``last_run_info`` (iterations,
   preemptions) and the rest of the `LLMEngine` contract.
 
-Semantics: an iteration-level loop (Algorithm 1 of InferMax). Each iteration the policy forms a
-batch (`resources.sim.policies`), the cost model prices it (`resources.sim.cost_model`), the clock
-advances by that time, scheduled sequences advance, newly computed full prompt blocks enter the
-prefix cache (`resources.sim.block_cache`), and finished requests free their blocks. Simulated
-time depends only on the inputs, never on the machine. The block cache persists across `run`
-calls, like a running vLLM server; `reset_cache()` empties it.
+Semantics: an iteration-level loop (Algorithm 1 of InferMax; `resources.sim.step_loop`). Each
+iteration the policy forms a batch (`resources.sim.policies`), the cost model prices it
+(`resources.sim.cost_model`), the clock advances by that time, scheduled sequences advance,
+newly computed full prompt blocks enter the prefix cache (`resources.sim.block_cache`), and
+finished requests free their blocks. Simulated time depends only on the inputs, never on the
+machine. Two behaviours of today's vLLM apply
+when the timing profile enables them (`Efficiency`): asynchronous scheduling (a step's batch is
+formed when the previous step is launched, so a request arriving at a busy engine joins one step
+later) and CUDA graphs (a batch's tokens are padded to the next captured size before pricing).
+The block cache persists across `run` calls, like a running vLLM server; `reset_cache()`
+empties it.
 
 `run` is thread-safe: one lock serialises runs (the server may call it from several threads).
 Defaults follow vLLM: `max_num_batched_tokens` is max(max_model_len, 2048) for vllm-v0 (no
@@ -42,6 +51,7 @@ the KV cache or the token budget, come back with `error` set (never dropped).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -57,6 +67,7 @@ from resources.sim.cost_model import (
     CostCoefficients,
     Efficiency,
     coefficients_from_profile,
+    cuda_graph_sizes,
     get_timing_profile,
 )
 from resources.sim.policies import Policy, ScheduleContext, SimSeq, get_policy
@@ -67,13 +78,15 @@ from resources.sim.relquery import (
     WorkloadResult,
     relquery_timing,
 )
+from resources.sim.step_loop import ClosedLoopClient, LoopSetup, iterate
 from resources.sim.tokenizer import ApproxTokenizer, Tokenizer, load_tokenizer
 
-__all__ = ["SimulatedEngine"]
+__all__ = ["ClosedLoopClient", "SimulatedEngine"]
 
 Progress = Callable[[int, int], None]
+
+
 _V0_WATERMARK = 0.01
-_computed = attrgetter("num_computed")
 
 
 class SimulatedEngine(LLMEngine):
@@ -117,8 +130,16 @@ class SimulatedEngine(LLMEngine):
         self.max_num_seqs = default_seqs if cfg.max_num_seqs is None else cfg.max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.enable_chunked_prefill = chunked
+        self.efficiency: Efficiency = efficiency or get_timing_profile(cfg.timing)
+        """The timing profile's constants; its engine behaviours (`async_scheduling`,
+        `cuda_graphs`) apply even when `coefficients` replace the derived cost model."""
         self.coefficients: CostCoefficients = coefficients or coefficients_from_profile(
-            self.deployment, efficiency or get_timing_profile(cfg.timing)
+            self.deployment, self.efficiency
+        )
+        self._graph_sizes: tuple[int, ...] = (
+            cuda_graph_sizes(self.max_num_seqs, self.max_num_batched_tokens)
+            if self.efficiency.cuda_graphs
+            else ()
         )
         if tokenizer is None:
             tokenizer = load_tokenizer(cfg.tokenizer) if cfg.tokenizer else ApproxTokenizer()
@@ -202,6 +223,29 @@ class SimulatedEngine(LLMEngine):
         )
         return RunResult(responses=responses, stats=stats)
 
+    def run_closed_loop(
+        self, relquery_id: str, requests: Sequence[Request], client: ClosedLoopClient
+    ) -> RunResult:
+        """Simulate `requests` sent by `client` (a benchmark client co-simulated with the
+        engine): the client decides when each request arrives, from the tokens it has seen so
+        far, and the engine tells it every output token as it is generated. Times are seconds
+        from t=0; every request must be admissible (ValueError names the first that is not)."""
+        wall0 = time.perf_counter()
+        tagged = [(relquery_id, req, math.inf) for req in requests]
+        with self._lock:
+            responses, _, makespan, _ = self._simulate(
+                tagged, {relquery_id: len(tagged)}, None, client
+            )
+        stats = RunStats.from_responses(
+            responses,
+            engine=self.name,
+            model=self.model,
+            hardware=self.hardware,
+            engine_time_s=makespan,
+            wall_time_s=time.perf_counter() - wall0,
+        )
+        return RunResult(responses=responses, stats=stats)
+
     def _reject_reason(self, prompt_len: int) -> str | None:
         mp = self.deployment.model
         if prompt_len + 1 > mp.max_model_len:
@@ -269,9 +313,11 @@ class SimulatedEngine(LLMEngine):
         tagged: list[tuple[str, Request, float]],
         relquery_sizes: dict[str, int],
         progress: Progress | None,
+        client: ClosedLoopClient | None = None,
     ) -> tuple[list[Response], list[SimSeq | None], float, float]:
         """Simulate (relquery_id, request, arrival_s) triples; returns the responses, the
-        sequences (None for rejected requests), the makespan and the scheduling wall time."""
+        sequences (None for rejected requests), the makespan and the scheduling wall time.
+        With `client`, arrivals come from it instead (`run_closed_loop`)."""
         tokenizer = self.tokenizer
         caching = self.enable_prefix_caching
         max_len = self.deployment.model.max_model_len
@@ -308,6 +354,13 @@ class SimulatedEngine(LLMEngine):
 
         live = [s for s in seqs if s is not None]
         live.sort(key=attrgetter("arrival_s"))  # stable: submission order within an arrival
+        unsent: dict[int, SimSeq] = {}
+        if client is not None:
+            if len(live) < len(seqs):
+                i = next(i for i, s in enumerate(seqs) if s is None)
+                raise ValueError(f"closed loop: request {i} cannot be served: {errors[i]}")
+            unsent = {s.index: s for s in live}
+            live = []
         waiting = self._policy.new_waiting_queue()
         running: list[SimSeq] = []
         ctx = ScheduleContext(
@@ -321,8 +374,23 @@ class SimulatedEngine(LLMEngine):
             preemption_order=self.preemption_order,
         )
         try:
-            now, iterations, scheduler_s = self._loop(
-                deque(live), waiting, running, ctx, len(live), progress
+            setup = LoopSetup(
+                self.coefficients,
+                self._policy,
+                self.enable_prefix_caching,
+                self._graph_sizes,
+                self.efficiency.async_scheduling,
+            )
+            now, iterations, scheduler_s = iterate(
+                deque(live),
+                waiting,
+                running,
+                ctx,
+                setup,
+                len(live) or len(unsent),
+                progress,
+                client,
+                unsent,
             )
             self.last_run_info = {
                 "num_iterations": iterations,
@@ -353,89 +421,3 @@ class SimulatedEngine(LLMEngine):
                 )
             )
         return responses, seqs, now, scheduler_s
-
-    def _loop(
-        self,
-        pending: deque[SimSeq],
-        waiting,
-        running: list[SimSeq],
-        ctx: ScheduleContext,
-        total: int,
-        progress: Progress | None,
-    ) -> tuple[float, int, float]:
-        """The iteration loop over `pending` (sorted by arrival); returns the simulated
-        makespan in seconds, the iterations and the wall seconds spent in the policy."""
-        coef = self.coefficients
-        a, b, d, e, f = coef.a, coef.b, coef.d, coef.e, coef.f
-        pool = self._pool
-        policy = self._policy
-        schedule = policy.schedule
-        register_late = self.enable_prefix_caching and not ctx.enable_register_on_allocate
-        keep_long = ctx.preemption_order == "keep-long"
-        perf = time.perf_counter
-        now = 0.0
-        iterations = 0
-        done = 0
-        scheduler_s = 0.0
-        report_every = max(1, total // 100)
-        next_report = report_every
-        while waiting or running or pending:
-            if pending and pending[0].arrival_s <= now:
-                while pending and pending[0].arrival_s <= now:
-                    waiting.append(pending.popleft())
-            if not waiting and not running:
-                now = pending[0].arrival_s  # idle until the next arrival
-                continue
-            ctx.now = now
-            if keep_long and len(running) > 1:
-                running.sort(key=_computed, reverse=True)
-            t0 = perf()
-            batch = schedule(waiting, running, ctx)
-            scheduler_s += perf() - t0
-            iterations += 1
-            if not batch:
-                raise RuntimeError(
-                    f"scheduler {self.policy_name!r} formed an empty batch with "
-                    f"{len(waiting)} waiting and {len(running)} running requests"
-                )
-            tokens = 0
-            attn = 0
-            kv = 0
-            prefills: list[SimSeq] = []
-            for seq, n in batch:
-                m = seq.num_computed
-                if seq.generated == 0 or m < seq.num_tokens - 1:
-                    tokens += n
-                    attn += n * n + 2 * m * n
-                    prefills.append(seq)
-                    if seq.prefill_start_s < 0:
-                        seq.prefill_start_s = now
-                else:
-                    tokens += 1
-                    kv += m
-            now += a * tokens + b * attn + d * kv + e * len(prefills) + f
-            for seq in prefills:
-                seq.prefill_end_s = now
-            finished = False
-            for seq, n in batch:
-                seq.num_computed += n
-                if register_late:
-                    ctx.register(seq, seq.num_computed)
-                if seq.num_computed == seq.num_tokens:
-                    seq.generated += 1
-                    if seq.generated == 1 and seq.first_token_s < 0:
-                        seq.first_token_s = now
-                    if seq.generated >= seq.num_output:
-                        seq.finish_s = now
-                        pool.free(seq.blocks)
-                        seq.blocks = []
-                        finished = True
-                        done += 1
-                    else:
-                        seq.num_tokens += 1
-            if finished:
-                running[:] = [s for s in running if s.finish_s < 0]
-                if progress is not None and (done >= next_report or done == total):
-                    progress(done, total)
-                    next_report = done + report_every
-        return now, iterations, scheduler_s
