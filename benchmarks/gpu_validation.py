@@ -9,7 +9,7 @@ Needs `vllm` and a CUDA GPU (nothing is downloaded): vLLM loads a local model di
 It measures, driving `LLMEngine.step()` and timing every step:
 
 1. a closed-loop concurrency sweep at each `--concurrency` C (C clients, 20*C requests of
-   64-512 prompt and 32-256 output tokens, the lengths `benchmarks.fidelity` simulates):
+   64-512 prompt and 32-256 output tokens, uniform and seeded):
    median TTFT and TPOT, output tokens/s;
 2. the prefix-cache hits of Q1 over ../shared/data/movies_small.csv in original and GGR order
    (each on an empty cache): vLLM's `num_cached_tokens` per request, summed;
