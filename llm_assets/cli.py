@@ -95,6 +95,7 @@ class Switches:
     null_policy: str | None
     context_policy: str | None
     prompt_style: str | None
+    max_pairs: int | None
 
     def options(self, method: str):
         return query_options(
@@ -106,6 +107,7 @@ class Switches:
             null_policy=self.null_policy,
             context_policy=self.context_policy,
             prompt_style=self.prompt_style,
+            max_pairs=self.max_pairs,
         )
 
     def build_engine(self):
@@ -153,6 +155,13 @@ def engine_options(f):
                 default=None,
                 help="named (default): your template, then `name: value` lines; inline: "
                 "values in the placeholders (rows reordered only).",
+            ),
+            click.option(
+                "--max-pairs",
+                type=int,
+                default=None,
+                help="A semantic join (LLM in JOIN ON) with more candidate pairs is refused "
+                "(default 100,000).",
             ),
         ]
     ):
@@ -303,6 +312,9 @@ def plan_command(query_path, tables, methods, as_json, **switches):
         if planned.filter_order is not None and "llm_filter_order" not in report:
             report["llm_filter_order"] = planned.filter_order.report()
         stage = planned.stages[0]
+        if query.semantic_joins:
+            report.setdefault("semantic_join", pairs_report(query, planned.base, options))
+            report["semantic_join"]["prefix_side"][method] = prefix_sides(query, stage.plan)
         requests = requests_from_plan(stage.plan, stage.call, options.max_tokens)
         result = sim.run(f"{query.name}:plan", requests)
         report["methods"][method] = {
@@ -311,6 +323,27 @@ def plan_command(query_path, tables, methods, as_json, **switches):
             "first_prompt": first_prompt(stage.plan),
         }
     click.echo(json.dumps(report) if as_json else plan_table(report))
+
+
+def pairs_report(query, pairs, options) -> dict:
+    """A semantic join's candidate pairs: how many, each side's rows among them, the bound."""
+    from llm_assets.pipeline.filtering import PAIR
+
+    sides = {s.alias: int(pairs[f"{PAIR}{s.alias}"].nunique()) for s in query.sources}
+    return {"candidate_pairs": len(pairs), "rows": sides, "max_pairs": options.max_pairs,
+            "prefix_side": {}}  # fmt: skip
+
+
+def prefix_sides(query, plan) -> dict[str, int]:
+    """Per source alias, how many of the plan's prompts open with one of its fields (the side
+    whose values form the shared prefix: the ordering's choice for a semantic join)."""
+    alias_of = {name: column.split(".", 1)[0] for column, name in query.output_names().items()}
+    firsts = [order.split(",", 1)[0] for order in plan["field_order"]]
+    counts = {s.alias: 0 for s in query.sources}
+    for name in firsts:
+        if name in alias_of:
+            counts[alias_of[name]] += 1
+    return counts
 
 
 @main.command()

@@ -116,6 +116,15 @@ def plan_table(report: dict) -> str:
             f"{order['expected_tokens_per_row_chosen']:,}; the order sample costs "
             f"{order['sample_requests']} requests)",
         ]
+    join = report.get("semantic_join")
+    if join:
+        sides = " x ".join(f"{alias} {n:,} rows" for alias, n in join["rows"].items())
+        lines += ["", f"semantic join: {join['candidate_pairs']:,} candidate pairs ({sides}; "
+                  f"max_pairs {join['max_pairs']:,}), each a row of the query"]  # fmt: skip
+        for name, firsts in join["prefix_side"].items():
+            total = sum(firsts.values()) or 1
+            shares = ", ".join(f"{a}'s fields first in {n / total:.0%}" for a, n in firsts.items())
+            lines.append(f"  {name}: {shares} of the prompts")
     shown = next(reversed(methods), None)
     if shown and methods[shown]["first_prompt"] is not None:
         lines += ["", f"the first prompt {shown} sends, exactly as the model receives it:"]

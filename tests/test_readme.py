@@ -116,10 +116,16 @@ def write_reviews(path: Path) -> None:
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch) -> Path:
-    """The folder a reader runs the README in: reviews.tsv, sentiment.sql, LLM_ASSETS_HOME."""
+    """The folder a reader runs the README in: reviews.tsv, movies.csv, sentiment.sql,
+    LLM_ASSETS_HOME."""
     work = tmp_path / "work"
     work.mkdir()
     write_reviews(work / "reviews.tsv")
+    # the semantic-join example's second table
+    (work / "movies.csv").write_text(
+        "title,synopsis\nNoir Nights,A detective walks rainy streets.\n"
+        "Space Kids,Children fly to the moon.\n"
+    )
     sql = yaml.safe_load(first_component().text)["attributes"]["sql"]
     (work / "sentiment.sql").write_text(sql)
     monkeypatch.chdir(work)
@@ -223,7 +229,16 @@ def test_other_components_load(workdir, monkeypatch):
 
 def plan(sql_path: Path) -> None:
     out = CliRunner().invoke(
-        cli, ["plan", str(sql_path), "--table", "reviews=reviews.tsv", "--json"]
+        cli,
+        [
+            "plan",
+            str(sql_path),
+            "--table",
+            "reviews=reviews.tsv",
+            "--table",
+            "movies=movies.csv",
+            "--json",
+        ],  # fmt: skip
     )
     assert out.exit_code == 0, out.output[-2000:]
 

@@ -200,3 +200,31 @@ def test_the_factory_lineage_has_a_checked_pairs_asset_and_answers_as_run_query(
         .reset_index(drop=True)
         .equals(direct.answer.sort_values(key).reset_index(drop=True))
     )
+
+
+def test_plan_shows_the_candidate_pairs_and_the_side_that_forms_the_prefix(tmp_path):
+    """`llm-assets plan` (in process, as the console script runs it) prints the pair count,
+    each side's rows and, per method, whose fields open the prompts; over `--max-pairs` it
+    stops with the one-line refusal."""
+    import json
+
+    from click.testing import CliRunner
+
+    from llm_assets.cli import main
+
+    REVIEWS.to_csv(tmp_path / "reviews.csv", index=False)
+    MOVIES.to_csv(tmp_path / "movies.csv", index=False)
+    (tmp_path / "q.sql").write_text(SQL)
+    tables = ["--table", f"reviews={tmp_path / 'reviews.csv'}",
+              "--table", f"movies={tmp_path / 'movies.csv'}"]  # fmt: skip
+    args = ["plan", str(tmp_path / "q.sql"), *tables, "--methods", "original,ggr"]
+    shown = CliRunner().invoke(main, [*args, "--json"])
+    assert shown.exit_code == 0, shown.output
+    join = json.loads(shown.output)["semantic_join"]
+    assert join["candidate_pairs"] == len(REVIEWS) * len(MOVIES)
+    assert join["rows"] == {"r": len(REVIEWS), "m": len(MOVIES)}
+    # GGR opens every prompt with the long movie description; file order with the review
+    assert join["prefix_side"]["ggr"]["m"] == max(join["prefix_side"]["ggr"].values())
+    assert "candidate pairs" in CliRunner().invoke(main, args).output
+    refused = CliRunner().invoke(main, [*args, "--max-pairs", "10"])
+    assert refused.exit_code != 0 and "over max_pairs=10" in refused.output
