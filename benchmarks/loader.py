@@ -539,9 +539,7 @@ def stage_names(sizes: list[dict]) -> list[str]:
 
 
 def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
-    """(slope, intercept) of the least-squares line (a flat line through one point)."""
-    if len(xs) < 2:
-        return 0.0, float(ys[0])
+    """(slope, intercept) of the least-squares line through two or more distinct xs."""
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
         (x - mx) ** 2 for x in xs
@@ -550,10 +548,13 @@ def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
 
 
 def extrapolate(sizes: list[dict], rows: int = EXTRAPOLATE_ROWS) -> dict:
-    """Linear fit of each figure over the measured sizes, read at `rows`: NOT measured."""
+    """Linear fit of each figure over the measured sizes, read at `rows`: NOT measured.
+    Fewer than two distinct sizes fit no line: every figure is None."""
     xs = [s["rows"] for s in sizes]
 
     def at(ys: Sequence[float]) -> dict:
+        if len(set(xs)) < 2:
+            return {"per_million_rows": None, "intercept": None, "at_rows": None}
         slope, intercept = _line(xs, ys)
         return {
             "per_million_rows": round(slope * 1e6, 3),
@@ -603,6 +604,10 @@ def memory_report(rows_list: Sequence[int]) -> dict:
     }
 
 
+def _fit(figure: dict) -> str:
+    return "n/a" if figure["at_rows"] is None else f"{figure['at_rows']:,.0f}"
+
+
 def memory_markdown(memory: dict) -> list[str]:
     sizes = memory["sizes"]
     header = "| stage | " + " | ".join(
@@ -631,16 +636,15 @@ def memory_markdown(memory: dict) -> list[str]:
             peak = f"{s['peak_mb']:,.0f} (+{grew})"
             cells.append(f"{s['seconds']:.2f} / {peak} / {s['rss_after_mb']:,.0f}")
         e = fit["stages"][name]
-        cells.append(f"{e['seconds']['at_rows']:,.0f} / {e['peak_mb']['at_rows']:,.0f}")
+        cells.append(f"{_fit(e['seconds'])} / {_fit(e['peak_mb'])}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "| **all stages (peak = max)** | "
         + " | ".join(f"**{s['seconds_total']:.1f} / {s['peak_mb']:,.0f}**" for s in sizes)
-        + f" | **{fit['stage_seconds_total']['at_rows']:,.0f} / "
-        f"{fit['stage_peak_mb']['at_rows']:,.0f}** |",
+        + f" | **{_fit(fit['stage_seconds_total'])} / {_fit(fit['stage_peak_mb'])}** |",
         "| **real command (`wait4`): wall s / max RSS MB** | "
         + " | ".join(f"**{s['cli']['wall_s']:.1f} / {s['cli']['max_rss_mb']:,.0f}**" for s in sizes)
-        + f" | **{fit['cli_wall_s']['at_rows']:,.0f} / {fit['cli_max_rss_mb']['at_rows']:,.0f}** |",
+        + f" | **{_fit(fit['cli_wall_s'])} / {_fit(fit['cli_max_rss_mb'])}** |",
         "",
         "| rows | file MB | rows to the LLM | requests (distinct) | prompt tokens | "
         "token counting s (in plan) | RSS after imports MB | load average before, after |",

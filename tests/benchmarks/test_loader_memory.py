@@ -41,9 +41,32 @@ def test_the_extrapolation_is_labelled_and_the_markdown_names_every_stage(memory
     assert fit["rows"] == 10_000_000 and "not measured" in fit["label"]
     names = memory["sizes"][0]["expected_stages"]
     assert set(fit["stages"]) == set(names)
+    assert fit["stage_peak_mb"]["at_rows"] is None  # one size fits no line
     markdown = "\n".join(loader.memory_markdown(memory))
-    assert "EXTRAPOLATED" in markdown and "real command" in markdown
+    assert "EXTRAPOLATED" in markdown and "real command" in markdown and "n/a" in markdown
     assert all(f"| {name} |" in markdown for name in names)
+
+
+def test_the_extrapolation_is_the_least_squares_line(memory):
+    (entry,) = memory["sizes"]
+    sizes = []
+    for rows in (1_000, 2_000, 4_000):  # 100 MB + 1 kB per row, 1 s per 1,000 rows
+        size = copy.deepcopy(entry)
+        size["rows"] = rows
+        for stage in size["stages"]:
+            stage["seconds"], stage["peak_mb"] = rows / 1_000, 100 + rows / 1_000
+        size["peak_mb"], size["seconds_total"] = 100 + rows / 1_000, rows / 1_000
+        size["cli"] = {"wall_s": rows / 500, "max_rss_mb": 100 + rows / 1_000}
+        sizes.append(size)
+    fit = loader.extrapolate(sizes)
+    assert fit["fit_rows"] == [1_000, 2_000, 4_000]
+    assert fit["stage_peak_mb"] == {
+        "per_million_rows": 1000.0,
+        "intercept": 100.0,
+        "at_rows": 10_100.0,
+    }
+    assert fit["cli_wall_s"]["at_rows"] == 20_000.0
+    assert fit["stages"]["load"]["seconds"]["at_rows"] == 10_000.0
 
 
 def test_a_stage_the_command_does_not_go_through_is_caught(tmp_path, monkeypatch):
