@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOME_DIR := $(CURDIR)/.llm_assets
 DAGSTER_HOME ?= $(HOME_DIR)/dagster_home
 
-.PHONY: install demo dev mlflow-ui test lint format clean conformance llama-server vllm-router \
+.PHONY: install demo dev mlflow-ui test test-slow lint format clean conformance llama-server vllm-router \
 	breakages mutation mutation-all
 
 $(STAMP): pyproject.toml
@@ -42,8 +42,15 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# `make test` leaves out the tests marked ui, llama_cpp or slow (browsers, real engine binaries,
+# subprocess fleets, dg scaffolding): `make test-slow` runs them; .ci/run runs both.
+SLOW_MARKS := ui or llama_cpp or slow
+
 test: lint
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -m "not ($(SLOW_MARKS))"
+
+test-slow: $(STAMP)
+	$(VENV)/bin/pytest -q -m "$(SLOW_MARKS)"
 
 # vLLM's own scheduler and KV-cache manager against the simulator (no GPU). vLLM goes into its
 # own venv (a CPU torch comes with it; torchvision/torchaudio/torchcodec are removed, their

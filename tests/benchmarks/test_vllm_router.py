@@ -18,6 +18,8 @@ from benchmarks.lib.vllm_router import (
     sim_servers,
 )
 
+pytestmark = pytest.mark.slow  # servers in subprocesses: `make test-slow`
+
 if router_binary() is None:
     pytest.skip("vllm-router is not installed (make vllm-router)", allow_module_level=True)
 

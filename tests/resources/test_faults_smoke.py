@@ -8,6 +8,8 @@ import pytest
 
 from benchmarks.lib.faults import SMOKE_FAULTS, markdown_table, run_fault_matrix
 
+pytestmark = pytest.mark.slow  # servers in subprocesses: `make test-slow`
+
 
 def test_smoke_matrix_loses_nothing_and_a_kill_costs_at_most_one_chunk(tmp_path: Path) -> None:
     result = run_fault_matrix(smoke=True, workdir=tmp_path, log=lambda _: None)
