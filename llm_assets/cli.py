@@ -287,14 +287,14 @@ def run_command(query_path, tables, method, out, cache, chunk_size, **switches):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @engine_options
 def plan_command(query_path, tables, methods, as_json, **switches):
-    """What-if before sending anything: each method's first-LLM-stage prompts on the simulated
-    engine (tokens, token hit rate, simulated engine time, cost), as a table (one row per
-    method) or one JSON object with --json. Nothing reaches a real engine; `--engine` other
-    than sim is refused."""
+    """What-if before sending anything: every LLM stage of the query predicted per method
+    (rows reaching it, requests, tokens, token hit rate, simulated engine time, cost) on the
+    simulated engine, as a table or one JSON object with --json (each method's totals over
+    all stages, its `stages` beside them). A later stage's rows are predicted from a seeded
+    sample sent through the earlier LLM filters on the sim (`llm_assets.pipeline.predict`).
+    Nothing reaches a real engine; `--engine` other than sim is refused."""
     from llm_assets.pipeline.plan import first_prompt
-    from llm_assets.pipeline.rows import INPUT
-    from llm_assets.pipeline.run import run_query
-    from llm_assets.pipeline.send import requests_from_plan
+    from llm_assets.pipeline.predict import plan_query
 
     switches = Switches(**switches)
     if switches.engine != "sim":
@@ -306,7 +306,7 @@ def plan_command(query_path, tables, methods, as_json, **switches):
         started = time.perf_counter()
         sim = switches.build_engine()
         try:
-            planned = run_query(query, frames, options, sim, send=False)
+            planned = plan_query(query, frames, options, sim, sample_engine=switches.build_engine())
         except ValueError as exc:
             fail(str(exc))
         if planned.filter_order is not None and "llm_filter_order" not in report:
@@ -315,14 +315,29 @@ def plan_command(query_path, tables, methods, as_json, **switches):
         if query.semantic_joins:
             report.setdefault("semantic_join", pairs_report(query, planned.base, options))
             report["semantic_join"]["prefix_side"][method] = prefix_sides(query, stage.plan)
-        requests = requests_from_plan(stage.plan, stage.call, options.max_tokens)
-        result = sim.run(f"{query.name}:plan", requests)
+        wall_s = time.perf_counter() - started
         report["methods"][method] = {
-            "rows_to_first_llm": int((stage.deduped[INPUT] >= 0).sum()),
-            **stats_report(result.stats, sim, time.perf_counter() - started),
+            "rows_to_first_llm": stage.rows_to_llm,
+            **stats_report(planned.stats, sim, wall_s),
             "first_prompt": first_prompt(stage.plan),
+            "stages": [stage_report(s, sim) for s in planned.stages],
+            "reach_sample": {"rows": planned.sample_rows, "requests": planned.sample_requests},
         }
     click.echo(json.dumps(report) if as_json else plan_table(report))
+
+
+def stage_report(stage, sim) -> dict:
+    """One predicted LLM stage: its rows (reaching it, sent to the LLM, the sampled share of
+    rows the earlier stages let through) and `stats_report`'s figures less wall time."""
+    figures = stats_report(stage.stats, sim, 0.0)
+    del figures["wall_time_s"]
+    return {
+        "llm_call": stage.call.name,
+        "rows": stage.rows,
+        "rows_to_llm": stage.rows_to_llm,
+        "share": round(stage.share, 4),
+        **figures,
+    }
 
 
 def pairs_report(query, pairs, options) -> dict:

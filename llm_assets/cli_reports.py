@@ -69,40 +69,56 @@ def table_lines(header: list[str], rows: list[list[str]]) -> list[str]:
     ]
 
 
+def _stage_row(name: str, m: dict, rows: int) -> list[str]:
+    return [
+        name,
+        f"{rows:,}",
+        f"{m['n_requests']:,}",
+        f"{m['prompt_tokens']:,}",
+        f"{m['cached_tokens']:,}",
+        f"{m['token_hit_rate']:.1%}",
+        f"{m['output_tokens']:,}",
+        f"{m['engine_time_s']:,.2f}",
+        money(m["cost_usd"].get("self_hosted", 0.0)),
+    ]
+
+
 def plan_table(report: dict) -> str:
-    """`plan`'s default output: one row per method, then the cost per pricing model."""
+    """`plan`'s default output: per LLM stage in run order, one row per method; then each
+    method's totals over all stages and their cost per pricing model."""
     methods = report["methods"]
     first = next(iter(methods.values()), None)
     calls = report["llm_calls"]
     order = report.get("llm_filter_order")
-    stage = order["chosen_order"][0] if order else calls[0]
-    priced = (
-        f"its LLM stage {stage}"
-        if len(calls) == 1
-        else f"its first LLM stage {stage} of {', '.join(calls)} (later stages not priced)"
-    )
+    stages = [s["llm_call"] for s in first["stages"]] if first else calls
+    priced = f"its LLM stage {stages[0]}" if len(stages) == 1 else (
+        f"its {len(stages)} LLM stages in run order {', '.join(stages)}"
+    )  # fmt: skip
     engine = f"the simulated {first['model']} on {first['hardware']}" if first else "the sim"
-    lines = [f"plan of {report['query']}, nothing sent: {priced}, on {engine}", ""]
+    lines = [f"plan of {report['query']}, nothing sent: {priced}, on {engine}"]
     header = ["method", "rows", "requests", "prompt tokens", "cached tokens", "hit rate",
               "output tokens", "engine s", "self-hosted $"]  # fmt: skip
-    rows = [
-        [
-            name,
-            f"{m['rows_to_first_llm']:,}",
-            f"{m['n_requests']:,}",
-            f"{m['prompt_tokens']:,}",
-            f"{m['cached_tokens']:,}",
-            f"{m['token_hit_rate']:.1%}",
-            f"{m['output_tokens']:,}",
-            f"{m['engine_time_s']:,.2f}",
-            money(m["cost_usd"].get("self_hosted", 0.0)),
-        ]
-        for name, m in methods.items()
-    ]
-    lines += table_lines(header, rows)
+    for i, call in enumerate(stages if len(stages) > 1 else []):
+        sample = first["reach_sample"]
+        reach = "" if i == 0 else (
+            f", rows predicted from a {sample['rows']:,}-row sample through the earlier stages"
+        )  # fmt: skip
+        lines += ["", f"stage {i + 1}: {call}{reach}"]
+        lines += table_lines(
+            header,
+            [_stage_row(n, m["stages"][i], m["stages"][i]["rows"]) for n, m in methods.items()],
+        )
+    if len(stages) > 1:
+        lines += ["", "total over all stages (rows: rows reaching the first stage):"]
+    else:
+        lines.append("")
+    lines += table_lines(
+        header, [_stage_row(n, m, m["rows_to_first_llm"]) for n, m in methods.items()]
+    )
     pricings = [k for k in (first or {}).get("cost_usd", {}) if k != "self_hosted"]
     if pricings:
-        lines += ["", "predicted cost in USD per pricing model (llm_assets/optimizer/cost.py):"]
+        lines += ["", "predicted cost in USD per pricing model, all stages "
+                  "(llm_assets/optimizer/cost.py):"]  # fmt: skip
         lines += table_lines(
             ["method", *pricings],
             [[n, *(money(m["cost_usd"][p]) for p in pricings)] for n, m in methods.items()],
@@ -129,6 +145,6 @@ def plan_table(report: dict) -> str:
     if shown and methods[shown]["first_prompt"] is not None:
         lines += ["", f"the first prompt {shown} sends, exactly as the model receives it:"]
         lines += ["  | " + line for line in methods[shown]["first_prompt"].split("\n")]
-    lines += ["", "rows: rows reaching the first LLM stage; engine s: simulated seconds; "
+    lines += ["", "rows: rows reaching the stage; engine s: simulated seconds; "
               "--json prints every figure"]  # fmt: skip
     return "\n".join(lines)

@@ -177,6 +177,37 @@ def test_plan_orders_several_llm_filters_cheapest_first(tmp_path):
     assert order["sample_requests"] > 0
 
 
+
+def test_plan_prices_every_llm_stage_and_totals_them(tmp_path):
+    """Issue 24 item 1: a filter then a projection. `plan` lists both stages; each method's
+    `n_requests` and `prompt_tokens` are the totals over them; the later stage is priced, and
+    as the reach sample covers these 60 rows, plan predicts exactly what `run` sends."""
+    path = tmp_path / "t.csv"
+    rows = [(f"m{i % 9}", f"review {i % 45} " + "text " * (i % 4)) for i in range(60)]
+    pd.DataFrame(rows, columns=["movie", "review"]).to_csv(path, index=False)
+    sql = tmp_path / "two.sql"
+    sql.write_text(
+        "SELECT LLM('Summarise {review} of {movie}', t.review, t.movie) FROM t "
+        "WHERE LLM('Kids? {movie} {review}', t.movie, t.review) = 'Yes'"
+    )
+    proc = run("plan", str(sql), "--table", f"t={path}", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    sent = json.loads(run("run", str(sql), "--table", f"t={path}").stdout)
+    for m in report["methods"].values():
+        stages = m["stages"]
+        assert [s["llm_call"] for s in stages] == report["llm_calls"]  # run order
+        assert stages[0]["rows"] == 60 and 0 < stages[1]["rows"] < 60
+        assert all(s["n_requests"] > 0 and s["prompt_tokens"] > 0 for s in stages)
+        for key in ("n_requests", "prompt_tokens", "output_tokens"):
+            assert m[key] == sum(s[key] for s in stages), key
+        assert m["reach_sample"]["rows"] == 60
+    ggr = report["methods"]["ggr"]
+    assert (ggr["n_requests"], ggr["prompt_tokens"]) == (sent["n_requests"], sent["prompt_tokens"])
+    table = run("plan", str(sql), "--table", f"t={path}").stdout
+    assert "stage 2: llm_2" in table and "not priced" not in table
+
+
 def test_run_over_a_fleet_from_the_comma_separated_base_url(tmp_path, query_sql):
     """`LLM_ASSETS_OPENAI_BASE_URL=url1,url2` (as the assets read it): the CLI spreads the run
     over both servers, prefix groups kept whole (routing affinity, the default)."""

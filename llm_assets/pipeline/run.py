@@ -74,9 +74,34 @@ def run_query(
     progress: Callable[[str], Progress] | None = None,
 ) -> QueryRun:
     """Run every stage of `query` over `tables` on `engine`. With `send=False` only the first
-    LLM stage is planned (nothing is sent; `plan` reports what it would cost). A predicate
-    that cannot run on the tables' types (`typecheck.check_predicates`) or any other DuckDB
-    error of the pre-LLM SQL is a one-line ValueError, raised before anything is sent."""
+    LLM stage is planned and nothing is sent but the filter order's sample (`plan_query`
+    predicts every stage). A predicate that cannot run on the tables' types
+    (`typecheck.check_predicates`) or any other DuckDB error of the pre-LLM SQL is a one-line
+    ValueError, raised before anything is sent."""
+    query, base, order = prepare(query, tables, options, engine)
+    run = QueryRun(base=base, filter_order=order)
+    if not send and query.llm_calls:
+        call = query.llm_calls[0]
+        rows = stage_input(base, query, [])
+        deduped, plan = plan_stage(query, call, rows, options, engine, relquery_id(query, call))
+        run.stages.append(StageRun(call, deduped, plan, pd.DataFrame(), None, 0, 0))
+        return run
+    previous = send_stages(query, base, options, engine, run.stages, cache, progress)
+    run.result = run_result(base, query, previous, options.pushdown)
+    run.answer = run_answer(run.result, query)
+    return run
+
+
+def prepare(
+    query: LLMQuery,
+    tables: Mapping[str, pa.Table | pd.DataFrame],
+    options: QueryOptions,
+    engine: LLMEngine,
+) -> tuple[LLMQuery, pd.DataFrame, FilterOrder | None]:
+    """Everything before the first LLM stage: (the query with its LLM filters in run order,
+    every row of the join with `_skip` and any retrieved fields, the filter order or None).
+    A predicate that cannot run on the tables' types or another DuckDB error of the pre-LLM
+    SQL is a one-line ValueError, raised before anything is sent (the order sample aside)."""
     import duckdb
 
     from llm_assets.pipeline.typecheck import check_predicates
@@ -94,15 +119,26 @@ def run_query(
     )
     if order is not None:
         query = in_order(query, order.chosen)
-    run = QueryRun(base=base, filter_order=order)
+    return query, base, order
+
+
+def send_stages(
+    query: LLMQuery,
+    base: pd.DataFrame,
+    options: QueryOptions,
+    engine: LLMEngine,
+    stages: list[StageRun],
+    cache=None,
+    progress: Callable[[str], Progress] | None = None,
+) -> list:
+    """Plan and send every LLM stage of `query` in order over `base` (each on the rows the
+    earlier ones let through), appending a `StageRun` per stage to `stages`; returns the
+    (call, deduped, outputs) of each, what `run_result` reads."""
     previous: list = []
     for call in query.llm_calls:
         rows = stage_input(base, query, previous)
         relquery = relquery_id(query, call)
         deduped, plan = plan_stage(query, call, rows, options, engine, relquery)
-        if not send:
-            run.stages.append(StageRun(call, deduped, plan, pd.DataFrame(), None, 0, 0))
-            return run
         outputs, sent = send_stage(
             engine,
             relquery,
@@ -112,10 +148,8 @@ def run_query(
             cache=cache,
             progress=progress(relquery) if progress else None,
         )
-        run.stages.append(
+        stages.append(
             StageRun(call, deduped, plan, outputs, sent.stats, sent.sent, sent.cache_hits)
         )
         previous.append((call, deduped, outputs))
-    run.result = run_result(base, query, previous, options.pushdown)
-    run.answer = run_answer(run.result, query)
-    return run
+    return previous

@@ -1,0 +1,198 @@
+"""`plan`'s prediction of every LLM stage of a query, priced on the simulated engine.
+
+The first stage runs on its real input (the rows pushdown and retrieval leave). A later stage
+runs on the rows the earlier LLM filters let through, which only their answers decide: a
+seeded sample of the first stage's input (at most `PLAN_SAMPLE_ROWS` rows) runs through the
+earlier stages on a separate engine, and the share of the sample reaching each stage is the
+predicted share of the table. That many rows are then drawn, seeded, from the full input (whole
+groups of rows with equal earlier-stage inputs, as an engine answers duplicates alike, and
+only rows no earlier stage skips for a null), and planned by the same `plan_stage` the run
+uses: dedup, reorder and prompt lengths are those of representative rows. Each stage's
+planned requests are then sent to the pricing engine in run order, as `run` sends them.
+
+On the sim an answer is a pure function of the prompt (`resources.sim.answers`), so the sample
+measures the selectivity `run` will meet there, up to sampling error; a sample covering the
+whole input is the run itself and the prediction is exact.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from llm_assets.optimizer.passes import RULES, dedup
+from llm_assets.pipeline.filter_order import FilterOrder
+from llm_assets.pipeline.options import QueryOptions
+from llm_assets.pipeline.plan import (
+    call_max_tokens,
+    placeholder_columns,
+    plan_stage,
+    relquery_id,
+)
+from llm_assets.pipeline.rows import INPUT, stage_input
+from llm_assets.pipeline.run import prepare
+from llm_assets.pipeline.send import requests_from_plan, send_stage
+from llm_assets.query import LLMQuery
+from llm_assets.query_parts import LLMCall
+from resources.engine import LLMEngine, RunStats
+
+PLAN_SAMPLE_ROWS = 512
+"""Rows of the first stage's input `plan` runs through the earlier LLM stages to predict how
+many reach each later one. Larger than the filter order's 32 (`filter_order.SAMPLE_ROWS`,
+which a real engine answers at a price): `plan` always samples on the simulated engine, where
+a request costs only simulated time, and a share of one half measured on 32 rows has a
+standard error of 9 points (18% of the share), on 512 rows 2.2 points (4.4%)."""
+
+_TO_DEDUP = RULES[: RULES.index(dedup) + 1]
+"""The optimizer rules that decide which rows a stage skips for a null (nothing rendered)."""
+
+
+@dataclass
+class StagePrediction:
+    """One LLM stage as `plan` predicts it: the rows reaching it, their plan and its price."""
+
+    call: LLMCall
+    rows: int
+    """Rows predicted to reach the stage (the real count for the first stage)."""
+    share: float
+    """Share of the rows no earlier stage skips that the sample let through the earlier
+    stages (1.0 for the first stage)."""
+    deduped: pd.DataFrame
+    plan: pd.DataFrame
+    stats: RunStats
+
+    @property
+    def rows_to_llm(self) -> int:
+        """Rows whose inputs are planned to be sent (not skipped for a null)."""
+        return int((self.deduped[INPUT] >= 0).sum())
+
+
+@dataclass
+class QueryPlan:
+    """Every LLM stage of a query, predicted and priced (`plan_query`)."""
+
+    base: pd.DataFrame
+    filter_order: FilterOrder | None = None
+    stages: list[StagePrediction] = field(default_factory=list)
+    sample_rows: int = 0
+    sample_requests: int = 0
+
+    @property
+    def stats(self) -> RunStats | None:
+        """Engine totals over every LLM stage."""
+        totals = [s.stats for s in self.stages]
+        return functools.reduce(operator.add, totals) if totals else None
+
+
+def plan_query(
+    query: LLMQuery,
+    tables: Mapping[str, pa.Table | pd.DataFrame],
+    options: QueryOptions,
+    engine: LLMEngine,
+    *,
+    sample_engine: LLMEngine | None = None,
+    sample_rows: int = PLAN_SAMPLE_ROWS,
+    seed: int = 0,
+) -> QueryPlan:
+    """Predict and price every LLM stage of `query` in run order (see the module docstring).
+    `engine` prices the stages (a fresh simulated engine: it also answers the filter order's
+    sample, as in a run); `sample_engine` (default `engine`) answers the reach sample."""
+    query, base, order = prepare(query, tables, options, engine)
+    out = QueryPlan(base=base, filter_order=order)
+    calls = list(query.llm_calls)
+    if not calls:
+        return out
+    first = stage_input(base, query, [])
+    inputs: list[tuple[pd.DataFrame, float]] = [(first, 1.0)]
+    if len(calls) > 1:
+        sampler = sample_engine or engine
+        inputs += later_inputs(query, calls, first, options, sampler, out, sample_rows, seed)
+    for call, (rows, share) in zip(calls, inputs, strict=True):
+        relquery = relquery_id(query, call)
+        deduped, plan = plan_stage(query, call, rows, options, engine, relquery)
+        requests = requests_from_plan(plan, call, call_max_tokens(call, options))
+        stats = engine.run(relquery, requests).stats
+        out.stages.append(StagePrediction(call, len(rows), share, deduped, plan, stats))
+    return out
+
+
+def later_inputs(
+    query: LLMQuery,
+    calls: Sequence[LLMCall],
+    first: pd.DataFrame,
+    options: QueryOptions,
+    engine: LLMEngine,
+    out: QueryPlan,
+    sample_rows: int,
+    seed: int,
+) -> list[tuple[pd.DataFrame, float]]:
+    """(predicted input rows, share) of each LLM stage after the first: the seeded sample of
+    `first` is sent through `calls[:-1]` on `engine` (its size and requests noted on `out`)."""
+    whole = len(first) <= sample_rows
+    sample = first if whole else first.sample(sample_rows, random_state=seed)
+    out.sample_rows = len(sample)
+    previous, result = [], []
+    for k, call in enumerate(calls[:-1]):
+        relquery = f"{relquery_id(query, call)}:plan-sample"
+        rows = stage_input(sample, query, previous)
+        deduped, plan = plan_stage(query, call, rows, options, engine, relquery)
+        outputs, sent = send_stage(engine, relquery, plan, call, options)
+        out.sample_requests += sent.sent
+        previous.append((call, deduped, outputs))
+        reached = stage_input(sample, query, previous)
+        eligible = answerable(query, calls[: k + 1], sample, options, engine)
+        share = len(reached) / len(eligible) if len(eligible) else 0.0
+        if whole:
+            result.append((reached, share))
+            continue
+        result.append((draw(query, calls[: k + 1], first, share, options, engine, seed), share))
+    return result
+
+
+def answerable(
+    query: LLMQuery,
+    calls: Sequence[LLMCall],
+    rows: pd.DataFrame,
+    options: QueryOptions,
+    engine: LLMEngine,
+) -> pd.DataFrame:
+    """The `rows` none of `calls` skips for a null (known without sending anything)."""
+    for call in calls:
+        deduped, _ = plan_stage(query, call, rows, options, engine, rules=_TO_DEDUP)
+        rows = rows[deduped["_skip"].isna().to_numpy()]
+    return rows
+
+
+def draw(
+    query: LLMQuery,
+    earlier: Sequence[LLMCall],
+    first: pd.DataFrame,
+    share: float,
+    options: QueryOptions,
+    engine: LLMEngine,
+    seed: int,
+) -> pd.DataFrame:
+    """About `share` of the rows of `first` no `earlier` call skips, drawn seeded as whole
+    groups of rows whose `earlier` inputs are equal (an engine answers equal prompts alike, so
+    a filter keeps or drops such a group together)."""
+    eligible = answerable(query, earlier, first, options, engine).reset_index(drop=True)
+    target = round(share * len(eligible))
+    if target == 0 or eligible.empty:
+        return eligible.iloc[:0]
+    keys = list(
+        dict.fromkeys(
+            c for call in earlier for cs in placeholder_columns(query, call, eligible).values()
+            for c in cs
+        )
+    )  # fmt: skip
+    groups = eligible.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
+    order = np.random.default_rng(seed).permutation(groups.max() + 1)
+    sizes = np.bincount(groups)[order]
+    taken = order[: int(np.searchsorted(np.cumsum(sizes), target)) + 1]
+    return eligible[np.isin(groups, taken)].reset_index(drop=True)
