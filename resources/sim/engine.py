@@ -213,15 +213,7 @@ class SimulatedEngine(LLMEngine):
         tagged = [(relquery_id, req, 0.0) for req in requests]
         with self._lock:
             responses, _, makespan, _ = self._simulate(tagged, {relquery_id: len(tagged)}, progress)
-        stats = RunStats.from_responses(
-            responses,
-            engine=self.name,
-            model=self.model,
-            hardware=self.hardware,
-            engine_time_s=makespan,
-            wall_time_s=time.perf_counter() - wall0,
-        )
-        return RunResult(responses=responses, stats=stats)
+        return self._result(responses, makespan, wall0)
 
     def run_closed_loop(
         self, relquery_id: str, requests: Sequence[Request], client: ClosedLoopClient
@@ -236,6 +228,11 @@ class SimulatedEngine(LLMEngine):
             responses, _, makespan, _ = self._simulate(
                 tagged, {relquery_id: len(tagged)}, None, client
             )
+        return self._result(responses, makespan, wall0)
+
+    def _result(self, responses, makespan: float, wall0: float) -> RunResult:
+        """The responses with their totals: `makespan` simulated seconds, wall time since
+        `wall0` (a `time.perf_counter()` reading)."""
         stats = RunStats.from_responses(
             responses,
             engine=self.name,

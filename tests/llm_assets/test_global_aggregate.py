@@ -8,7 +8,6 @@ that answers the number written in each review) or from the `result` frame's ans
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import re
@@ -26,9 +25,9 @@ from llm_assets.pipeline.results import answer_records, run_answer
 from llm_assets.pipeline.rows import INPUT
 from llm_assets.pipeline.run import run_query
 from llm_assets.sql import SQLError, compile_sql
-from resources.engine import EngineWrapper, RunResult
 from resources.llm_resources import LLMEngineResource
 from resources.sim.engine import SimulatedEngine
+from tests.llm_assets.answering import AnsweringEngine
 
 STARS = "LLM('Stars between 1 and 5 for {review}', r.review, output => 'number(1,5)')"
 ABOUT_FILM = "LLM('Is {review} about a movie?', r.review, output => 'choice(Yes,No)') = 'Yes'"
@@ -52,29 +51,16 @@ TABLE = pd.DataFrame(
 )
 
 
-class ReadsTheReview(EngineWrapper):
-    """The simulated engine's accounting, with answers a test can predict from the table:
-    a number output answers the `stars=N` written in the review, a Yes/No choice answers
-    whether the review mentions a film. Counts the requests it is sent."""
+def answer(request) -> str:
+    """A number output answers the `stars=N` written in the review, a Yes/No choice whether
+    the review mentions a film."""
+    if request.output.kind == "number":
+        return re.search(r"stars=(\d)", request.prompt).group(1)
+    return "Yes" if "film" in request.prompt else "No"
 
-    def __init__(self) -> None:
-        super().__init__(SimulatedEngine())
-        self.sent = 0
 
-    def run(self, relquery_id, requests):
-        result = self.inner.run(relquery_id, requests)
-        by_id = {r.id: r for r in requests}
-        self.sent += len(requests)
-        responses = [
-            dataclasses.replace(resp, text=self.answer(by_id[resp.id])) for resp in result.responses
-        ]
-        return RunResult(responses, result.stats)
-
-    @staticmethod
-    def answer(request) -> str:
-        if request.output.kind == "number":
-            return re.search(r"stars=(\d)", request.prompt).group(1)
-        return "Yes" if "film" in request.prompt else "No"
+def ReadsTheReview() -> AnsweringEngine:  # noqa: N802 - reads as the engine it builds
+    return AnsweringEngine(answer)
 
 
 class ReadsTheReviewResource(LLMEngineResource):

@@ -9,7 +9,6 @@ Expected values come from the tables, never from the code under test: the engine
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import dagster as dg
@@ -25,9 +24,8 @@ from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.run import run_query
 from llm_assets.query_sql import pre_llm_sql
 from llm_assets.sql import SQLError, compile_sql
-from resources.engine import EngineWrapper, RunResult
 from resources.llm_resources import LLMEngineResource
-from resources.sim.engine import SimulatedEngine
+from tests.llm_assets.answering import AnsweringEngine
 
 TOPICS = ["cats", "dogs", "space", "trains"]
 REVIEWS = pd.DataFrame(
@@ -51,32 +49,16 @@ JOIN = (
 SQL = f"SELECT r.id, m.title FROM reviews r JOIN movies m ON {JOIN}"
 
 
-class ReadsThePair(EngineWrapper):
-    """The simulated engine's accounting; it answers 'yes' when the review's topic is the
-    movie's, and counts what it is sent."""
+def answer(request) -> str:
+    """'yes' when the review's topic is the movie's (read from the prompt's field lines)."""
+    lines = request.prompt.splitlines()
+    review = next(line for line in lines if line.startswith("review:"))
+    info = next(line for line in lines if line.startswith("info:"))
+    return "yes" if f"about {review.rsplit(' ', 1)[-1]}." in info else "no"
 
-    def __init__(self) -> None:
-        super().__init__(SimulatedEngine())
-        self.sent = 0
 
-    def run(self, relquery_id, requests):
-        result = self.inner.run(relquery_id, requests)
-        by_id = {r.id: r for r in requests}
-        self.sent += len(requests)
-        return RunResult(
-            [
-                dataclasses.replace(r, text=self.answer(by_id[r.id].prompt))
-                for r in result.responses
-            ],
-            result.stats,
-        )
-
-    @staticmethod
-    def answer(prompt: str) -> str:
-        review = next(line for line in prompt.splitlines() if line.startswith("review:"))
-        info = next(line for line in prompt.splitlines() if line.startswith("info:"))
-        topic = review.rsplit(" ", 1)[-1]
-        return "yes" if f"about {topic}." in info else "no"
+def ReadsThePair() -> AnsweringEngine:  # noqa: N802 - reads as the engine it builds
+    return AnsweringEngine(answer)
 
 
 class ReadsThePairResource(LLMEngineResource):
