@@ -11,7 +11,7 @@ import json
 import threading
 import time
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.lib.hostile import HostileServer, Reply, completion_body
@@ -19,7 +19,13 @@ from resources.engine import Request
 from resources.fleet_plan import plan_fleet, prefix_groups
 from resources.openai_engine import OpenAIEngine
 from resources.openai_fleet import Replica, part_lanes, plan_caps
-from resources.openai_wire import MAX_TOKEN_COUNT, MalformedReply, Redactor, completion_from_reply
+from resources.openai_wire import (
+    MAX_TOKEN_COUNT,
+    MalformedReply,
+    Redactor,
+    UsageBounds,
+    completion_from_reply,
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
@@ -62,9 +68,13 @@ def test_any_reply_is_a_valid_completion_or_malformed(data, chat: bool) -> None:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(replies, st.builds(completion_body), st.binary(max_size=20)),
                 min_size=1, max_size=6))  # fmt: skip
+@example([{"choices": [{"text": ""}], "usage": {"prompt_tokens": 0, "completion_tokens": 18}}])
 def test_every_request_ends_answered_or_failed_with_a_reason(bodies: list) -> None:
+    sent: dict[int, dict] = {}
+
     def script(method: str, path: str, body: dict) -> Reply:
         i = int(body["prompt"].rsplit(" ", 1)[1])
+        sent[i] = body
         reply = bodies[i]
         if isinstance(reply, bytes):
             return Reply(raw=reply)
@@ -75,15 +85,17 @@ def test_every_request_ends_answered_or_failed_with_a_reason(bodies: list) -> No
         eng = OpenAIEngine(srv.url, "m", max_retries=1, initial_backoff_s=0.0, probe=False)
         result = eng.run("q", requests)
     assert [r.id for r in result.responses] == [r.id for r in requests]
-    for reply, response in zip(bodies, result.responses, strict=True):
+    for i, (reply, response) in enumerate(zip(bodies, result.responses, strict=True)):
+        # valid: a completion whose usage the request it answers can have (the engine's bounds)
+        bounds = UsageBounds.of(sent[i]["prompt"], sent[i].get("max_tokens"))
         try:
-            completion_from_reply(reply, chat=False, request_id="x")
+            completion_from_reply(reply, chat=False, request_id="x", bounds=bounds)
             valid = not isinstance(reply, bytes)
         except MalformedReply:
             valid = False
         if isinstance(reply, bytes):
             try:
-                completion_from_reply(json.loads(reply), chat=False, request_id="x")
+                completion_from_reply(json.loads(reply), chat=False, request_id="x", bounds=bounds)
                 valid = True
             except (ValueError, MalformedReply):
                 valid = False
