@@ -177,7 +177,6 @@ def test_plan_orders_several_llm_filters_cheapest_first(tmp_path):
     assert order["sample_requests"] > 0
 
 
-
 def test_plan_prices_every_llm_stage_and_totals_them(tmp_path):
     """Issue 24 item 1: a filter then a projection. `plan` lists both stages; each method's
     `n_requests` and `prompt_tokens` are the totals over them; the later stage is priced, and
