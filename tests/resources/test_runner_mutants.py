@@ -27,8 +27,8 @@ class Echo(LLMEngine):
     def run(self, relquery_id: str, requests: Sequence[Request]) -> RunResult:
         self.calls += 1
         responses = [Response(r.id, r.prompt.upper(), 10, 4, 1, 0.1, 0.2) for r in requests]
-        stats = RunStats.from_responses(responses, engine="echo", model="echo-1",
-                                        hardware="cpu-8", engine_time_s=5.0, wall_time_s=5.0)  # fmt: skip
+        labels = {"engine": "echo", "model": "echo-1", "hardware": "cpu-8"}
+        stats = RunStats.from_responses(responses, **labels, engine_time_s=5.0, wall_time_s=5.0)
         stop = "401 unauthorized" if self.calls == self.stop_after else None
         return RunResult(responses, stats, stopped=stop)
 
