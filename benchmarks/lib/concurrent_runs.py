@@ -30,6 +30,10 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+# imported before the threads start: two threads importing it for the first time at once race
+# ("partially initialized module 'sqlalchemy.orm.exc'"; Dagster imports it lazily)
+import sqlalchemy.orm  # noqa: F401
+
 __all__ = ["concurrent_runs_case", "five_sizes", "llm_assets_home"]
 
 

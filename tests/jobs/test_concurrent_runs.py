@@ -4,6 +4,11 @@ users can launch) each read what their own upstream steps wrote: no silent mixin
 import threading
 
 import dagster as dg
+
+# imported before the threads start: two threads importing it for the first time at once race
+# ("partially initialized module 'sqlalchemy.orm.exc'"), which failed a run when this test ran
+# first in a fresh process (Dagster imports it lazily)
+import sqlalchemy.orm  # noqa: F401
 from mlflow.tracking import MlflowClient
 
 from resources.tracking import default_tracking_uri
