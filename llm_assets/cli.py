@@ -342,9 +342,9 @@ def stage_report(stage, sim) -> dict:
 
 def pairs_report(query, pairs, options) -> dict:
     """A semantic join's candidate pairs: how many, each side's rows among them, the bound."""
-    from llm_assets.pipeline.filtering import PAIR
+    from llm_assets.pipeline.filtering import pair_sides
 
-    sides = {s.alias: int(pairs[f"{PAIR}{s.alias}"].nunique()) for s in query.sources}
+    sides = pair_sides(query, pairs)
     return {"candidate_pairs": len(pairs), "rows": sides, "max_pairs": options.max_pairs,
             "prefix_side": {}}  # fmt: skip
 

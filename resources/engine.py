@@ -15,8 +15,9 @@ where every engine must answer, a documented default where one is sane), never l
 from __future__ import annotations
 
 import functools
+import operator
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from llm_assets.output_spec import OutputSpec
@@ -135,6 +136,12 @@ class RunStats:
         totals are added up. Times add: the runs are taken to be sequential."""
         mine, theirs = asdict(self), asdict(other)
         return replace(self, **{f: mine[f] + theirs[f] for f in _ADDITIVE})
+
+    @staticmethod
+    def total(runs: Iterable[RunStats | None]) -> RunStats | None:
+        """The sum of `runs` (`+`), skipping None; None when there is none."""
+        present = [r for r in runs if r is not None]
+        return functools.reduce(operator.add, present) if present else None
 
 
 _ADDITIVE = tuple(f.name for f in fields(RunStats) if f.name not in ("engine", "model", "hardware"))

@@ -36,9 +36,7 @@ it raises on a stopped run first, with the stop reason as its one line.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
-import operator
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -259,4 +257,4 @@ def _sum_stats(
 ) -> RunStats:
     if not parts:
         return RunStats.empty(key.engine, key.model, engine.hardware, wall_time_s)
-    return dataclasses.replace(functools.reduce(operator.add, parts), wall_time_s=wall_time_s)
+    return dataclasses.replace(RunStats.total(parts), wall_time_s=wall_time_s)

@@ -16,7 +16,7 @@ import pandas as pd
 
 from llm_assets.assets import checks
 from llm_assets.assets.definition import QueryDefinition
-from llm_assets.pipeline.filtering import PAIR, run_filtered
+from llm_assets.pipeline.filtering import pair_sides, run_filtered
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.retrieval import retrieve
 from llm_assets.pipeline.rows import SKIP
@@ -25,7 +25,6 @@ from llm_assets.query_parts import LLMCall
 from llm_assets.query_sql import pre_llm_sql
 
 COMMON = {"options", "gx"}
-PAIR_CHECKS = checks.PAIR_CHECKS
 
 
 def _options(context, qdef: QueryDefinition) -> QueryOptions:
@@ -171,26 +170,24 @@ def pairs_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
     and bounded by `max_pairs` before anything was materialised (`run_filtered`), checked
     here for the bound and for duplicates, with each side's size in the metadata."""
     query = qdef.query
-    checks_ = [dg.AssetCheckSpec(n, asset=qdef.key("pairs"), blocking=True) for n in PAIR_CHECKS]
+    key = qdef.key("pairs")
+    specs = [dg.AssetCheckSpec(n, asset=key, blocking=True) for n in checks.PAIR_CHECKS]
 
     @dg.asset(
-        key=qdef.key("pairs"),
+        key=key,
         ins={"filtered": dg.AssetIn(qdef.key("filtered"))},
         group_name=qdef.name,
         kinds={"pandas"},
         partitions_def=qdef.partitions_def,
         backfill_policy=qdef.backfill_policy,
-        check_specs=checks_ + checks.fields_check_specs(qdef, "pairs"),
+        check_specs=specs + checks.fields_check_specs(qdef, "pairs"),
         required_resource_keys=COMMON,
         description="Candidate pairs of the semantic join (an LLM predicate in JOIN ON), "
         "each asked once; bounded by max_pairs.",
     )
     def pairs(context: dg.AssetExecutionContext, filtered: pd.DataFrame):
         options = _options(context, qdef)
-        sides = {
-            s.alias: int(filtered[f"{PAIR}{s.alias}"].nunique()) if len(filtered) else 0
-            for s in query.sources
-        }
+        sides = pair_sides(query, filtered)
         yield dg.Output(
             filtered,
             metadata={
@@ -200,7 +197,7 @@ def pairs_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
             },
         )
         problems = checks.pair_problems(filtered, query, options.max_pairs)
-        for name in PAIR_CHECKS:
+        for name in checks.PAIR_CHECKS:
             yield dg.AssetCheckResult(
                 check_name=name,
                 passed=not problems[name],

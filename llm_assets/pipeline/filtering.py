@@ -84,6 +84,11 @@ PAIR = "_pair_"
 """In a semantic join's `filtered`: `_pair_<alias>` is the pair's row number in that source."""
 
 
+def pair_sides(query: LLMQuery, pairs: pd.DataFrame) -> dict[str, int]:
+    """Per source alias, how many of its rows a semantic join's candidate `pairs` hold."""
+    return {s.alias: int(pairs[f"{PAIR}{s.alias}"].nunique()) for s in query.sources}
+
+
 def count_pairs(con: duckdb.DuckDBPyConnection, inner: str) -> int:
     """The rows of the pre-LLM relation `inner` (SQL built from the query model), counted by
     DuckDB without materialising them (a cross product's count is the product of its sides)."""

@@ -46,7 +46,8 @@ def _request_plan_frame(stage: StagePlan, relquery: str) -> pd.DataFrame:
     if not stage.prompts:
         names = ["position", INPUT, "request_id", "prompt", "field_order", "truncated", "error"]
         return pd.DataFrame({c: [] for c in names})
-    ids = np.unique(stage.ids()[stage.ids() >= 0])[stage.schedule.rows]
+    ids = stage.ids()
+    ids = np.unique(ids[ids >= 0])[stage.schedule.rows]
     return pd.DataFrame(
         {
             "position": np.arange(len(stage.schedule), dtype=np.int64),

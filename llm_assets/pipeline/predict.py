@@ -17,8 +17,6 @@ whole input is the run itself and the prediction is exact.
 
 from __future__ import annotations
 
-import functools
-import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -51,8 +49,8 @@ a relative standard error sqrt((1 - p) / (p n)): for p = 1/4 (two filters keepin
 17% on 32 rows, 7.7% on 512 (measured 9% over 8 seeds), 3.8% on 2,048, so +-10% is 2.6
 standard errors."""
 
-_TO_DEDUP = RULES[: RULES.index(dedup) + 1]
-"""The optimizer rules that decide which rows a stage skips for a null (nothing rendered)."""
+_SKIPS = RULES[: RULES.index(dedup)]
+"""The optimizer rules before dedup: those that decide which rows a stage skips (a null)."""
 
 
 @dataclass
@@ -88,8 +86,7 @@ class QueryPlan:
     @property
     def stats(self) -> RunStats | None:
         """Engine totals over every LLM stage."""
-        totals = [s.stats for s in self.stages]
-        return functools.reduce(operator.add, totals) if totals else None
+        return RunStats.total(s.stats for s in self.stages)
 
 
 def plan_query(
@@ -140,6 +137,7 @@ def later_inputs(
     sample = first if whole else first.sample(sample_rows, random_state=seed)
     out.sample_rows = len(sample)
     previous, result = [], []
+    eligible_sample, eligible = sample, first
     for k, call in enumerate(calls[:-1]):
         relquery = f"{relquery_id(query, call)}:plan-sample"
         rows = stage_input(sample, query, previous)
@@ -148,42 +146,36 @@ def later_inputs(
         out.sample_requests += sent.sent
         previous.append((call, deduped, outputs))
         reached = stage_input(sample, query, previous)
-        eligible = answerable(query, calls[: k + 1], sample, options, engine)
-        share = len(reached) / len(eligible) if len(eligible) else 0.0
+        eligible_sample = answerable(query, call, eligible_sample, options, engine)
+        share = len(reached) / len(eligible_sample) if len(eligible_sample) else 0.0
         if whole:
             result.append((reached, share))
             continue
-        result.append((draw(query, calls[: k + 1], first, share, options, engine, seed), share))
+        eligible = answerable(query, call, eligible, options, engine)
+        result.append((draw(query, calls[: k + 1], eligible, share, seed), share))
     return result
 
 
 def answerable(
-    query: LLMQuery,
-    calls: Sequence[LLMCall],
-    rows: pd.DataFrame,
-    options: QueryOptions,
-    engine: LLMEngine,
+    query: LLMQuery, call: LLMCall, rows: pd.DataFrame, options: QueryOptions, engine: LLMEngine
 ) -> pd.DataFrame:
-    """The `rows` none of `calls` skips for a null (known without sending anything)."""
-    for call in calls:
-        deduped, _ = plan_stage(query, call, rows, options, engine, rules=_TO_DEDUP)
-        rows = rows[deduped["_skip"].isna().to_numpy()]
-    return rows
+    """The `rows` `call` does not skip for a null (known without sending anything). Applied
+    call after call, it gives the rows none of the earlier calls skips."""
+    deduped, _ = plan_stage(query, call, rows, options, engine, rules=_SKIPS)
+    return rows[deduped["_skip"].isna().to_numpy()]
 
 
 def draw(
     query: LLMQuery,
     earlier: Sequence[LLMCall],
-    first: pd.DataFrame,
+    eligible: pd.DataFrame,
     share: float,
-    options: QueryOptions,
-    engine: LLMEngine,
     seed: int,
 ) -> pd.DataFrame:
-    """About `share` of the rows of `first` no `earlier` call skips, drawn seeded as whole
-    groups of rows whose `earlier` inputs are equal (an engine answers equal prompts alike, so
-    a filter keeps or drops such a group together)."""
-    eligible = answerable(query, earlier, first, options, engine).reset_index(drop=True)
+    """About `share` of the `eligible` rows (those no `earlier` call skips: `answerable`),
+    drawn seeded as whole groups of rows whose `earlier` inputs are equal (an engine answers
+    equal prompts alike, so a filter keeps or drops such a group together)."""
+    eligible = eligible.reset_index(drop=True)
     target = round(share * len(eligible))
     if target == 0 or eligible.empty:
         return eligible.iloc[:0]

@@ -7,8 +7,6 @@ same tokens (a test holds them to it).
 
 from __future__ import annotations
 
-import functools
-import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -59,8 +57,7 @@ class QueryRun:
     @property
     def stats(self) -> RunStats | None:
         """Engine totals over every LLM stage."""
-        totals = [s.stats for s in self.stages if s.stats is not None]
-        return functools.reduce(operator.add, totals) if totals else None
+        return RunStats.total(s.stats for s in self.stages)
 
 
 def run_query(
@@ -86,7 +83,8 @@ def run_query(
         deduped, plan = plan_stage(query, call, rows, options, engine, relquery_id(query, call))
         run.stages.append(StageRun(call, deduped, plan, pd.DataFrame(), None, 0, 0))
         return run
-    previous = send_stages(query, base, options, engine, run.stages, cache, progress)
+    run.stages = send_stages(query, base, options, engine, cache, progress)
+    previous = [(s.call, s.deduped, s.outputs) for s in run.stages]
     run.result = run_result(base, query, previous, options.pushdown)
     run.answer = run_answer(run.result, query)
     return run
@@ -127,13 +125,12 @@ def send_stages(
     base: pd.DataFrame,
     options: QueryOptions,
     engine: LLMEngine,
-    stages: list[StageRun],
     cache=None,
     progress: Callable[[str], Progress] | None = None,
-) -> list:
-    """Plan and send every LLM stage of `query` in order over `base` (each on the rows the
-    earlier ones let through), appending a `StageRun` per stage to `stages`; returns the
-    (call, deduped, outputs) of each, what `run_result` reads."""
+) -> list[StageRun]:
+    """Plan and send every LLM stage of `query` in order over `base`, each on the rows the
+    earlier ones let through; one `StageRun` per stage."""
+    stages: list[StageRun] = []
     previous: list = []
     for call in query.llm_calls:
         rows = stage_input(base, query, previous)
@@ -152,4 +149,4 @@ def send_stages(
             StageRun(call, deduped, plan, outputs, sent.stats, sent.sent, sent.cache_hits)
         )
         previous.append((call, deduped, outputs))
-    return previous
+    return stages
