@@ -111,3 +111,15 @@ def test_order_llm_filters_reorders_only_the_filters() -> None:
         order_llm_filters(query, {**estimates, "nope": (1.0, 0.5)})
     with pytest.raises(ValueError, match=r"no estimate for LLM filter\(s\) \['llm_3'\]"):
         order_llm_filters(query, {"llm_1": (1.0, 0.5), "llm_2": (1.0, 0.5)})
+
+
+def test_a_run_order_naming_an_unknown_call_is_refused():
+    """`in_order` (the run order the filter-order asset chose) names only the query's calls."""
+    from llm_assets.planning import in_order
+
+    query = compile_sql(
+        "SELECT r.id FROM reviews r WHERE LLM('Kids? {review}', r.review) = 'Yes'", name="q"
+    )
+    assert [c.name for c in in_order(query, ["llm_1"]).llm_calls] == ["llm_1"]
+    with pytest.raises(ValueError, match=r"unknown LLM calls \['nope'\] in the run order"):
+        in_order(query, ["nope"])

@@ -210,3 +210,22 @@ def test_plan_shows_the_candidate_pairs_and_the_side_that_forms_the_prefix(tmp_p
     assert "candidate pairs" in CliRunner().invoke(main, args).output
     refused = CliRunner().invoke(main, [*args, "--max-pairs", "10"])
     assert refused.exit_code != 0 and "over max_pairs=10" in refused.output
+
+
+def test_a_semantic_join_the_model_cannot_run_is_refused_in_one_line():
+    """The model's own guards, for a query built without the compiler: the join's call must
+    be filtered, and a semantic join does not combine with similarity_search; max_pairs >= 1."""
+    import dataclasses
+
+    from pydantic import ValidationError
+
+    from llm_assets.query_parts import Retrieval
+
+    query = compile_sql(SQL, "sj")
+    with pytest.raises(ValueError, match="is not a filtered LLM call of the query"):
+        dataclasses.replace(query, llm_filters=())
+    retrieval = Retrieval("context", "r.review", 2, "m.info")
+    with pytest.raises(ValueError, match="with similarity_search is not supported"):
+        dataclasses.replace(query, retrievals=(retrieval,))
+    with pytest.raises(ValidationError, match="max_pairs must be >= 1"):
+        QueryOptions(max_pairs=0)

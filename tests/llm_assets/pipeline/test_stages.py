@@ -145,3 +145,51 @@ def test_the_pre_llm_connection_cannot_touch_files_or_change_that(tmp_path):
     finally:
         con.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["secret.csv"]
+
+
+def test_send_stage_reports_a_failing_stage_before_its_error_guard_stops_it():
+    """`send_stage`'s order: the caller's report (the asset's metrics and MLflow run) sees the
+    stage's outputs, then the max_error_rate guard raises; both paths share this order."""
+    import dataclasses
+
+    from llm_assets.output_spec import OutputSpec
+    from llm_assets.pipeline.options import QueryOptions
+    from llm_assets.pipeline.send import send_stage
+    from llm_assets.query_parts import LLMCall
+    from resources.engine import EngineWrapper, RunResult
+    from resources.runner import TooManyErrors
+    from resources.sim.engine import SimulatedEngine
+
+    class Failing(EngineWrapper):
+        def run(self, relquery_id, requests):
+            result = self.inner.run(relquery_id, requests)
+            failed = [dataclasses.replace(r, error="boom") for r in result.responses]
+            return RunResult(failed, result.stats)
+
+    call = LLMCall("llm_1", "Kids? {genre}", ("m.genre",), OutputSpec.choice(["Yes", "No"]), 2)
+    plan = pd.DataFrame(
+        {INPUT: [0, 1], "request_id": ["q:0", "q:1"], "prompt": ["a", "b"], "error": [None] * 2}
+    )
+    reported = []
+    with pytest.raises(TooManyErrors, match="2 of 2 requests failed"):
+        send_stage(
+            Failing(SimulatedEngine()),
+            "q:llm_1",
+            plan,
+            call,
+            QueryOptions(max_error_rate=0.0),
+            report=lambda outputs, outcome: reported.append(outputs["error"].tolist()),
+        )
+    assert reported == [["boom", "boom"]]
+
+
+def test_an_unknown_null_or_context_policy_is_refused_naming_the_accepted_ones():
+    """The optimizer passes' settings refuse a policy they do not know (a caller that skips
+    `QueryOptions`, e.g. `run_dedup`), naming the value and the accepted ones."""
+    from llm_assets.optimizer.passes import Settings
+
+    rows = pd.DataFrame({ROW: [0], "genre": ["drama"]})
+    with pytest.raises(ValueError, match=r"unknown null policy 'maybe'; expected one of"):
+        run_dedup(rows, ["genre"], True, null_policy="maybe")
+    with pytest.raises(ValueError, match=r"unknown context policy 'cut'; expected one of"):
+        Settings(context_policy="cut")
