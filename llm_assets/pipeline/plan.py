@@ -37,7 +37,7 @@ def placeholder_columns(query: LLMQuery, call: LLMCall, frame: pd.DataFrame) -> 
 
 def _deduped_frame(rows: pd.DataFrame, stage: StagePlan) -> pd.DataFrame:
     out = rows.copy()
-    out["_skip"] = pd.Series(list(stage.skipped()), index=out.index, dtype=object)
+    out["_skip"] = pd.Series(stage.skipped(), index=out.index, dtype=object)
     out[INPUT] = stage.ids()
     return out
 
@@ -119,7 +119,7 @@ def run_plan(
         deduped,
         tuple(fields),
         prompt_format(call, style, system, columns),
-        skip=tuple(deduped["_skip"].tolist()),
+        skip=deduped["_skip"].to_numpy(dtype=object),
         input_ids=deduped[INPUT].to_numpy(),
     )
     return _request_plan_frame(optimize(stage, settings, RULES[_AFTER_DEDUP:]), relquery)

@@ -25,7 +25,7 @@ from llm_assets.optimizer.passes.plan import Settings, StagePlan
 def dedup(plan: StagePlan, settings: Settings) -> StagePlan:
     """`plan` with `input_ids`: equal for rows whose values are equal in every field (ids in
     order of first occurrence) when `settings.dedup`, else one per row; -1 for skipped rows."""
-    live = np.array([s is None for s in plan.skipped()], dtype=bool)
+    live = plan.live()
     ids = np.full(plan.n_rows, -1, dtype=np.int64)
     if live.any():
         if settings.dedup:

@@ -6,9 +6,9 @@ an empty value, or refused, as `Settings.null_policy` says.
 >>> from llm_assets.optimizer.prompts import PromptFormat, parse
 >>> fmt = PromptFormat(parse("Kids? {genre}", ["genre"]))
 >>> plan = StagePlan(pd.DataFrame({"genre": ["drama", None]}), ("genre",), fmt)
->>> skip_nulls(plan, Settings()).skip
+>>> tuple(skip_nulls(plan, Settings()).skip)
 (None, "null in LLM field 'genre'")
->>> skip_nulls(plan, Settings(null_policy="empty")).skip
+>>> tuple(skip_nulls(plan, Settings(null_policy="empty")).skip)
 (None, None)
 >>> skip_nulls(plan, Settings(null_policy="fail"))  # doctest: +ELLIPSIS
 Traceback (most recent call last):
@@ -28,7 +28,7 @@ from llm_assets.optimizer.passes.plan import Settings, StagePlan
 def skip_nulls(plan: StagePlan, settings: Settings) -> StagePlan:
     """`plan` with `skip` set: the first null field of each row names the reason (`skip`),
     nothing is skipped (`empty`), or a null anywhere is a one-line ValueError (`fail`)."""
-    skip = pd.Series(list(plan.skipped()), index=plan.table.index, dtype=object)
+    skip = pd.Series(plan.skipped(), index=plan.table.index, dtype=object)
     if settings.null_policy != "empty":
         for name in plan.fields:
             nulls = plan.table[name].isna()
@@ -39,4 +39,4 @@ def skip_nulls(plan: StagePlan, settings: Settings) -> StagePlan:
                     f"{first}); set null_policy to 'skip' or 'empty' to handle them"
                 )
             skip = skip.where(~(nulls & skip.isna()), f"null in LLM field {name!r}")
-    return replace(plan, skip=tuple(skip.tolist()))
+    return replace(plan, skip=skip.to_numpy(dtype=object))

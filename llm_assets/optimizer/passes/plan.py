@@ -65,7 +65,8 @@ class StagePlan:
     fmt: PromptFormat | None
     """How the prompts read (None for the passes before the prompts: nulls, dedup)."""
     row_ids: np.ndarray | None = None
-    skip: tuple[str | None, ...] | None = None
+    skip: np.ndarray | None = None
+    """Object array, one entry per row: None, or why the row is not sent."""
     input_ids: np.ndarray | None = None
     enc: EncodedTable | None = None
     schedule: Schedule | None = None
@@ -80,15 +81,19 @@ class StagePlan:
     def row_id(self, i: int) -> int:
         return int(self.row_ids[i]) if self.row_ids is not None else i
 
-    def skipped(self) -> tuple[str | None, ...]:
+    def skipped(self) -> np.ndarray:
         """Per row, why it is not sent (None: sent); nothing skipped before a pass says so."""
-        return self.skip if self.skip is not None else (None,) * self.n_rows
+        return self.skip if self.skip is not None else np.full(self.n_rows, None, dtype=object)
+
+    def live(self) -> np.ndarray:
+        """Per row, True when it is sent (no skip reason); vectorised, no per-row Python."""
+        return pd.isna(self.skipped())
 
     def ids(self) -> np.ndarray:
         """Per row, its distinct input id (-1: skipped); without dedup, one input per row."""
         if self.input_ids is not None:
             return self.input_ids
-        live = np.array([s is None for s in self.skipped()], dtype=bool)
+        live = self.live()
         ids = np.full(self.n_rows, -1, dtype=np.int64)
         ids[live] = np.arange(int(live.sum()))
         return ids
