@@ -341,12 +341,22 @@ def stage_report(stage, sim) -> dict:
 
 
 def pairs_report(query, pairs, options) -> dict:
-    """A semantic join's candidate pairs: how many, each side's rows among them, the bound."""
+    """A semantic join's candidate pairs: how many, each side's rows among them, the bound,
+    how each join is blocked (top-k, an equi-key, or none: the cross product)."""
     from llm_assets.pipeline.filtering import pair_sides
 
     sides = pair_sides(query, pairs)
+    aliases = [s.alias for s in query.sources]
+    blocking = {
+        j.alias: j.top_k.show()
+        if j.top_k
+        else "equi-key"
+        if query.joins_for(aliases.index(j.alias))
+        else "cross product"
+        for j in query.semantic_joins
+    }
     return {"candidate_pairs": len(pairs), "rows": sides, "max_pairs": options.max_pairs,
-            "prefix_side": {}}  # fmt: skip
+            "blocking": blocking, "prefix_side": {}}  # fmt: skip
 
 
 def prefix_sides(query, plan) -> dict[str, int]:

@@ -135,8 +135,10 @@ def plan_table(report: dict) -> str:
     join = report.get("semantic_join")
     if join:
         sides = " x ".join(f"{alias} {n:,} rows" for alias, n in join["rows"].items())
+        blocking = "; ".join(f"{a} by {b}" for a, b in join.get("blocking", {}).items())
         lines += ["", f"semantic join: {join['candidate_pairs']:,} candidate pairs ({sides}; "
-                  f"max_pairs {join['max_pairs']:,}), each a row of the query"]  # fmt: skip
+                  f"max_pairs {join['max_pairs']:,}), each a row of the query; blocking: "
+                  f"{blocking}"]  # fmt: skip
         for name, firsts in join["prefix_side"].items():
             total = sum(firsts.values()) or 1
             shares = ", ".join(f"{a}'s fields first in {n / total:.0%}" for a, n in firsts.items())

@@ -54,7 +54,6 @@ from llm_assets.query_parts import (
     Retrieval,
     SemanticJoin,
     Source,
-    bare_name,
     split_column,
 )
 
@@ -163,7 +162,8 @@ class LLMQuery:
         if self.semantic_joins and self.retrievals:
             raise ValueError(
                 f"query {self.name!r}: a semantic join (an LLM predicate in JOIN ON) with "
-                f"similarity_search is not supported; run them as two queries"
+                f"similarity_search as an LLM argument is not supported; block the join with "
+                f"b.y IN similarity_search(a.x, k => n) in its ON, or run two queries"
             )
         calls = {c.name: c for c in self.llm_calls}
         filtered = {f.call_name for f in self.llm_filters}
@@ -184,6 +184,22 @@ class LLMQuery:
                     f"the LLM condition joining {join.alias!r} must read a column of "
                     f"{join.alias!r} and one of {sorted(earlier)}; it reads {sorted(read)}"
                 )
+            if join.top_k is not None:
+                self._check_top_k(join, earlier)
+
+    def _check_top_k(self, join: SemanticJoin, earlier: set[str]) -> None:
+        block = join.top_k
+        sides = {block.corpus_alias, block.query_alias}
+        if join.alias not in sides or not sides - {join.alias} <= earlier:
+            raise ValueError(
+                f"the blocking {block.show()} of {join.alias!r} must compare a column of "
+                f"{join.alias!r} with one of {sorted(earlier)}"
+            )
+        if self.joins_for([s.alias for s in self.sources].index(join.alias)):
+            raise ValueError(
+                f"the join of {join.alias!r} has both an equi-key and {block.show()}: top-k "
+                f"blocking with an equi-key in the same ON is not supported; keep one of them"
+            )
 
     def joins_for(self, i: int) -> list[Join]:
         """The join conditions that attach source i to sources 0..i-1."""
@@ -237,19 +253,23 @@ class LLMQuery:
 
     def _base_columns(self) -> list[str]:
         """Every qualified column any stage reads, with repeats, in order of first mention:
-        projection, group-by, retrieval queries, LLM fields, predicates."""
+        projection, group-by, retrieval queries, top-k blocking columns, LLM fields,
+        predicates."""
         out = [p for p in self.projection if "." in p]
         if self.aggregate is not None:
             out += list(self.aggregate.group_by)
         out += [r.query_column for r in self.retrievals]
+        blocks = [j.top_k for j in self.semantic_joins if j.top_k is not None]
+        out += [c for b in blocks for c in (b.query_column, b.corpus_column)]
         out += [f for c in self.llm_calls for f in c.fields if "." in f]
         out += [c for p in self.predicates for c in p.columns]
         return out
 
     def columns_needed(self) -> tuple[str, ...]:
         """Every qualified base column a stage reads per row (each once, in order of first
-        mention: projection, group-by, retrieval queries, LLM fields, predicates). Corpus
-        columns are not per-row inputs: read them with `query_sql.corpus_sql`."""
+        mention: projection, group-by, retrieval queries, top-k blocking columns, LLM fields,
+        predicates). Retrieval corpus columns are not per-row inputs: read them with
+        `query_sql.corpus_sql`."""
         return tuple(dict.fromkeys(self._base_columns()))
 
     def stage_outputs(self) -> tuple[str, ...]:
@@ -281,13 +301,14 @@ class LLMQuery:
         return names
 
     def field_columns(self, call_name: str) -> dict[str, str]:
-        """For one LLM call: placeholder (bare field name) -> column of the staged relation
-        holding its value (an output name, or the retrieval's name)."""
+        """For one LLM call: placeholder (`LLMCall.field_names`) -> column of the staged
+        relation holding its value (an output name, or the retrieval's name)."""
         by_name = {c.name: c for c in self.llm_calls}
         if call_name not in by_name:
             raise ValueError(f"unknown LLM call {call_name!r}; known calls: {list(by_name)}")
         names = self.output_names()
-        return {bare_name(f): names.get(f, f) for f in by_name[call_name].fields}
+        call = by_name[call_name]
+        return {p: names.get(f, f) for p, f in zip(call.field_names, call.fields, strict=True)}
 
     def projection_columns(self) -> tuple[str, ...]:
         """The projection as column names of the staged relation (output names for base columns;

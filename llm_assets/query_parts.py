@@ -1,17 +1,18 @@
 """The parts of an LLM query, each a frozen dataclass (`llm_assets.query` puts them together
 in `LLMQuery` and checks how they fit): a `Source` table, an inner equi-`Join` condition, a
-non-LLM `Predicate`, an `LLMCall` stage, a `Retrieval`, an `LLMFilter` on a call's answer and
-the `Aggregate` of `AggregateItem`s.
+non-LLM `Predicate`, an `LLMCall` stage, a `Retrieval`, a `SemanticJoin` (with its `TopK`
+blocking), an `LLMFilter` on a call's answer and the `Aggregate` of `AggregateItem`s.
 
 Each part checks itself at construction (ValueError naming the value and what is accepted):
 names follow `llm_assets.sql_ast`, columns are qualified `alias.column` (`split_column`), an
-LLM call's template names its fields by their bare names (`bare_name`), a predicate is one
-scalar expression re-rendered with quoted identifiers.
+LLM call's template names its fields by their bare names, qualified where two share one
+(`placeholder_names`), a predicate is one scalar expression re-rendered with quoted
+identifiers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -51,9 +52,21 @@ def split_column(qualified: str) -> tuple[str, str]:
 
 
 def bare_name(field: str) -> str:
-    """The name a template placeholder uses for a field: the column part, or the field itself
-    for an unqualified stage output (a retrieval). `bare_name("m.movie_info") == "movie_info"`."""
+    """The column part of a field, or the field itself for an unqualified stage output (a
+    retrieval). `bare_name("m.movie_info") == "movie_info"`."""
     return field.partition(".")[2] if "." in field else field
+
+
+def placeholder_names(fields: Sequence[str]) -> tuple[str, ...]:
+    """The placeholder naming each field of one LLM call, in argument order: its bare name,
+    or, when another field of the call has the same bare name (a self-join's `a.title` and
+    `b.title`), the field as written, qualified (`{a.title}`, `{b.title}`).
+
+    >>> placeholder_names(["m.info", "a.title", "b.title", "context"])
+    ('info', 'a.title', 'b.title', 'context')
+    """
+    bare = [bare_name(f) for f in fields]
+    return tuple(f if bare.count(b) > 1 else b for f, b in zip(fields, bare, strict=True))
 
 
 @dataclass(frozen=True)
@@ -173,7 +186,7 @@ class LLMCall:
     """The instruction; `{placeholder}`s name fields by bare name (`{movie_info}`)."""
     fields: tuple[str, ...]
     """Values passed, in argument order: qualified columns (`m.movie_info`) or the name of a
-    retrieval output (`context`). Bare names are unique within a call."""
+    retrieval output (`context`); each once. Placeholders name them (`placeholder_names`)."""
     output: OutputSpec
     """The shape of a valid answer."""
     max_tokens: int
@@ -187,22 +200,27 @@ class LLMCall:
             )
         if not self.fields:
             raise ValueError(f"LLM call {self.name!r} passes no field")
-        bare = [bare_name(f) for f in self.fields]
-        dupes = sorted({b for b in bare if bare.count(b) > 1})
+        names = self.field_names
+        dupes = sorted({b for b in names if names.count(b) > 1})
         if dupes:
             raise ValueError(
                 f"LLM call {self.name!r} passes several fields named {dupes} "
                 f"({list(self.fields)}); a placeholder could not tell them apart"
             )
         try:
-            parse(self.template, bare)
+            parse(self.template, names)
         except ValueError as exc:
             raise ValueError(f"LLM call {self.name!r}: {exc}") from exc
 
     @property
+    def field_names(self) -> tuple[str, ...]:
+        """The placeholder of each field, in argument order (`placeholder_names`)."""
+        return placeholder_names(self.fields)
+
+    @property
     def placeholders(self) -> tuple[str, ...]:
         """Fields the template names, in order of first mention."""
-        return tuple(parse(self.template, [bare_name(f) for f in self.fields]).fields)
+        return tuple(parse(self.template, self.field_names).fields)
 
 
 @dataclass(frozen=True)
@@ -228,16 +246,54 @@ class Retrieval:
 
 
 @dataclass(frozen=True)
+class TopK:
+    """`b.y IN similarity_search(a.x, k => n)` in a semantic join's ON: each row of `a` is a
+    candidate pair only with the `k` rows of `b` whose `y` is nearest to its `x` (the retriever
+    of similarity_search, over every row of `b` with a non-null `y`; ties by row order). A row
+    whose `x` is null has no pair, as `NULL IN (...)` in SQL."""
+
+    corpus_column: str
+    """Qualified column searched (`b.y`, before IN): one corpus entry per row of its source."""
+    query_column: str
+    """Qualified column whose value is the search query (`a.x`)."""
+    k: int
+    """Rows of the corpus side per row of the query side (> 0)."""
+
+    def __post_init__(self) -> None:
+        if self.k <= 0:
+            raise ValueError(f"similarity_search blocking: k must be > 0, got {self.k}")
+        if split_column(self.corpus_column)[0] == split_column(self.query_column)[0]:
+            raise ValueError(
+                f"{self.corpus_column} IN similarity_search({self.query_column}) searches a "
+                f"source for its own rows; compare columns of the two joined sources"
+            )
+
+    @property
+    def corpus_alias(self) -> str:
+        return split_column(self.corpus_column)[0]
+
+    @property
+    def query_alias(self) -> str:
+        return split_column(self.query_column)[0]
+
+    def show(self) -> str:
+        return f"{self.corpus_column} IN similarity_search({self.query_column}, k => {self.k})"
+
+
+@dataclass(frozen=True)
 class SemanticJoin:
     """`JOIN b ON LLM('... {x} ... {y}', a.x, b.y) = 'yes'`: source `alias` is joined to the
     earlier sources by the answer of LLM call `call_name` (with its `LLMFilter`), after any
     equi-join conjuncts of the same ON. The candidate pairs are the join without it (a cross
-    product, or the equi-join); the pairs the filter keeps are the join's rows."""
+    product, the equi-join, or the `top_k` blocking); the pairs the filter keeps are the
+    join's rows."""
 
     alias: str
     """The source joined."""
     call_name: str
     """The LLM call deciding each pair."""
+    top_k: TopK | None = None
+    """Top-k blocking (`b.y IN similarity_search(a.x, k => n)` in the same ON), or None."""
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ __all__ = [
     "post_llm_predicates",
     "pre_llm_select",
     "pre_llm_sql",
+    "top_k_relation",
 ]
 
 
@@ -47,13 +48,41 @@ def _table(source: Source, tables: Mapping[str, str] | None) -> exp.Table:
     return table((tables or {}).get(source.table, source.table), source.alias)
 
 
-def _from_clauses(query: LLMQuery, tables: Mapping[str, str] | None) -> list[exp.Expression]:
+TOP_K_QUERY, TOP_K_CORPUS = "query_row", "corpus_row"
+"""The columns of a top-k blocking's pair relation: a query-side and a corpus-side
+`SOURCE_ROW` (`pipeline.retrieval.nearest_pairs` builds it)."""
+
+
+def top_k_relation(alias: str) -> str:
+    """The default name of the pair relation blocking the semantic join of `alias`."""
+    return f"_top_k_{alias}"
+
+
+def _from_clauses(
+    query: LLMQuery, tables: Mapping[str, str] | None, pairs: Mapping[str, str] | None = None
+) -> list[exp.Expression]:
     """`FROM first AS a` and one `JOIN ... ON ...` per later source (`CROSS JOIN` for a source
-    joined only by an LLM predicate: its candidate pairs), as sqlglot nodes."""
+    joined only by an LLM predicate: its candidate pairs; for one blocked by top-k, a join
+    through its pair relation, `pairs[alias]` or `top_k_relation(alias)`), as sqlglot nodes."""
     clauses: list[exp.Expression] = [exp.From(this=_table(query.sources[0], tables))]
+    blocks = {j.alias: j.top_k for j in query.semantic_joins if j.top_k is not None}
     for i, source in enumerate(query.sources[1:], start=1):
         conditions = [j.condition() for j in query.joins_for(i)]
-        if conditions:
+        block = blocks.get(source.alias)
+        if block is not None:
+            via = f"{source.alias} top-k"  # not an alias a query can name
+            role = {block.query_alias: TOP_K_QUERY, block.corpus_alias: TOP_K_CORPUS}
+            other = next(a for a in role if a != source.alias)
+            relation = (pairs or {}).get(source.alias, top_k_relation(source.alias))
+            for alias, this in (
+                (other, table(relation, via)),
+                (source.alias, _table(source, tables)),
+            ):
+                on = exp.EQ(
+                    this=column_node(via, role[alias]), expression=column_node(alias, SOURCE_ROW)
+                )
+                clauses.append(exp.Join(this=this, on=on))
+        elif conditions:
             clauses.append(exp.Join(this=_table(source, tables), on=exp.and_(*conditions)))
         else:  # a semantic join without an equi-key: every pair is a candidate
             clauses.append(exp.Join(this=_table(source, tables), kind="CROSS"))
@@ -71,6 +100,7 @@ def pre_llm_select(
     pushdown: bool,
     tables: Mapping[str, str] | None = None,
     source_row_columns: Mapping[str, str] | None = None,
+    pairs: Mapping[str, str] | None = None,
 ) -> exp.Select:
     """The sqlglot tree of `pre_llm_sql` (same arguments)."""
     names = query.output_names()
@@ -83,7 +113,7 @@ def pre_llm_select(
             raise ValueError(f"source_row_columns names unknown alias {alias!r}: {aliases}")
         check_name("source row column", name, output_problem)
         items.append(column_node(alias, SOURCE_ROW).as_(identifier(name)))
-    first, *joins = _from_clauses(query, tables)
+    first, *joins = _from_clauses(query, tables, pairs)
     select = exp.Select(expressions=items, joins=joins)
     select.set("from_", first)
     if pushdown and query.predicates:
@@ -96,6 +126,7 @@ def pre_llm_sql(
     pushdown: bool,
     tables: Mapping[str, str] | None = None,
     source_row_columns: Mapping[str, str] | None = None,
+    pairs: Mapping[str, str] | None = None,
 ) -> str:
     """The DuckDB SELECT producing the relation the first stage runs over.
 
@@ -105,9 +136,12 @@ def pre_llm_sql(
     unless `tables` maps them to other DuckDB relation names. `source_row_columns`
     (alias -> output name) also selects each named source's `SOURCE_ROW` column (its
     row number, which the caller adds to the relation) under that name. Rendered from
-    the sqlglot tree, every identifier quoted. Row order is unspecified.
+    the sqlglot tree, every identifier quoted. Row order is unspecified. A semantic join
+    blocked by top-k joins through the relation `pairs` names for its alias (default
+    `top_k_relation(alias)`): `TOP_K_QUERY` and `TOP_K_CORPUS` hold each candidate pair's
+    `SOURCE_ROW`s (the caller adds `SOURCE_ROW` to the sources then).
     """
-    return render(pre_llm_select(query, pushdown, tables, source_row_columns), pretty=True)
+    return render(pre_llm_select(query, pushdown, tables, source_row_columns, pairs), pretty=True)
 
 
 def post_llm_predicates(query: LLMQuery, pushdown: bool) -> tuple[str, ...]:

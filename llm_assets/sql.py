@@ -20,7 +20,13 @@ The supported language is one SELECT (DuckDB dialect, parsed with sqlglot):
   (next) template placeholder that no column argument binds; the corpus defaults to the column
   of that name in the query column's source (`s.context` in Q5); k defaults to 3;
 - a WHERE conjunct (top-level AND) without an LLM call becomes a `Predicate` (pushed below the
-  LLM calls); `LLM(...) = 'literal'` (or `!=`/`<>`) becomes an `LLMFilter`.
+  LLM calls); `LLM(...) = 'literal'` (or `!=`/`<>`) becomes an `LLMFilter`;
+- a semantic join: `JOIN b ON LLM(...) = 'literal'` (a `SemanticJoin`, its call first among
+  the stages), beside equi-keys `a.x = b.y`, other conjuncts (`a.id < b.id`: predicates, as
+  in WHERE) and at most one top-k blocking `b.y IN similarity_search(a.x, k => n)` (`TopK`:
+  each row of `a` paired only with the n rows of `b` whose `y` is nearest to its `x`; not
+  with an equi-key). Placeholders name columns by their bare name, or `{a.title}` and
+  `{b.title}` where two arguments share one (a self-join).
 
 Stages: LLM calls of WHERE come first (in conjunct order), then those of SELECT (in item
 order), so a filter runs before the projection it guards (Q3). A call is named by its SELECT
@@ -176,7 +182,7 @@ def compile_sql(
             name=name,
             sources=tuple(c.sources),
             joins=tuple(joins),
-            predicates=tuple(predicates),
+            predicates=tuple(c.join_predicates + predicates),
             retrievals=tuple(c.retrievals.values()),
             llm_calls=tuple(c.calls),
             llm_filters=tuple(c.join_filters + filters),

@@ -13,7 +13,7 @@ by `llm_assets.sql_ast` before they enter the model.
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlglot import exp
 
@@ -27,6 +27,8 @@ from llm_assets.query_parts import (
     Retrieval,
     SemanticJoin,
     Source,
+    TopK,
+    placeholder_names,
 )
 from llm_assets.sql_ast import alias_problem, column_problem, table_problem
 from llm_assets.sql_nodes import (
@@ -44,6 +46,7 @@ from llm_assets.sql_nodes import (
     is_llm_aggregate,
     llm_comparison,
     show,
+    similarity_in,
 )
 from llm_assets.sql_outputs import Implied, resolve, split_options
 
@@ -57,6 +60,9 @@ class Compiler:
     semantic_joins: list[SemanticJoin] = field(default_factory=list)
     join_filters: list[LLMFilter] = field(default_factory=list)
     """The LLM filters of semantic joins (they run first: they decide the join's rows)."""
+    join_predicates: list[Predicate] = field(default_factory=list)
+    """Non-LLM conjuncts of a semantic join's ON other than equi-keys (`a.id < b.id`): WHERE
+    predicates, as they are for an inner join."""
 
     # ---- columns ------------------------------------------------------------------------
 
@@ -106,19 +112,33 @@ class Compiler:
                     f"or ON LLM(...) = 'yes' for a semantic join)"
                 )
             self.sources.append(self.source(j.this, "JOIN"))
-            on = j.args["on"]
-            for cond in conjuncts(on):
+            parts = conjuncts(j.args["on"])
+            semantic = any(has_llm(cond) for cond in parts)
+            top_k = None
+            for cond in parts:
                 if has_llm(cond):
                     self.semantic_join(cond)
+                    continue
+                if similarity_in(cond) is not None:
+                    if not semantic or top_k is not None:
+                        raise SQLError(
+                            f"unsupported in JOIN ON: {show(cond)} (top-k blocking: one "
+                            f"b.y IN similarity_search(a.x, k => n) beside LLM(...) = 'yes')"
+                        )
+                    top_k = self.top_k(cond, *similarity_in(cond))
                     continue
                 if not (
                     isinstance(cond, exp.EQ)
                     and isinstance(cond.this, exp.Column)
                     and isinstance(cond.expression, exp.Column)
                 ):
+                    if semantic:  # an inner join's ON conjunct is a WHERE conjunct
+                        self.join_predicates.append(self.predicate(cond, "JOIN ON"))
+                        continue
                     raise SQLError(
                         f"unsupported in JOIN ON: {show(cond)} (only equalities of two "
-                        f"columns, alias.x = alias.y, joined by AND)"
+                        f"columns, alias.x = alias.y, joined by AND; other conditions beside "
+                        f"an LLM condition, in a semantic join)"
                     )
                 left = self.qualify(cond.this, "JOIN ON", cond).split(".", 1)
                 right = self.qualify(cond.expression, "JOIN ON", cond).split(".", 1)
@@ -126,7 +146,24 @@ class Compiler:
                     out.append(Join(left[0], left[1], right[0], right[1]))
                 except ValueError as exc:
                     raise SQLError(f"unsupported in JOIN ON: {show(cond)} ({exc})") from exc
+            if top_k is not None:
+                self.semantic_joins[-1] = replace(self.semantic_joins[-1], top_k=top_k)
         return out
+
+    def top_k(self, cond: exp.Expression, column: exp.Column, search: exp.Anonymous) -> TopK:
+        """`b.y IN similarity_search(a.x, k => n)` in a semantic join's ON."""
+        ctx = f"in JOIN ON: {show(cond)}"
+        corpus = self.qualify(column, "JOIN ON", cond)
+        query, k, named = self.search_args(search, ctx)
+        if named is not None:
+            raise SQLError(
+                f"similarity_search in JOIN ON takes no corpus => {ctx} (the column before IN "
+                f"is searched)"
+            )
+        try:
+            return TopK(corpus, query, k)
+        except ValueError as exc:
+            raise SQLError(f"{exc} {ctx}") from exc
 
     def semantic_join(self, cond: exp.Expression) -> None:
         """`LLM(...) = 'literal'` in JOIN ON: an LLM call and filter deciding which candidate
@@ -189,14 +226,15 @@ class Compiler:
                 )
         if not columns:
             raise SQLError(f"LLM call passes no column after its template {ctx}")
-        bound = {c.split(".", 1)[1] for c in columns if c is not None}
+        bound = set(placeholder_names([c for c in columns if c is not None]))
         unbound = [p for p in placeholders if p not in bound]
         names = self.search_names(searches, unbound, ctx)
         unbound = [p for p in unbound if p not in names]
         if unbound:
             raise SQLError(
                 f"LLM template names placeholder {unbound[0]!r} that is not among its arguments "
-                f"{sorted(bound | set(names))} {ctx}"
+                f"{sorted(bound | set(names))} {ctx} (a placeholder is an argument's column "
+                f"name, alias.column where two arguments share it)"
             )
         fields = []
         it = iter(names)
@@ -223,27 +261,7 @@ class Compiler:
         free = list(unbound)
         names = []
         for node in searches:
-            query, k, corpus = None, DEFAULT_K, None
-            for i, arg in enumerate(node.expressions):
-                key = (
-                    arg.this.name.lower()
-                    if isinstance(arg, exp.Kwarg)
-                    else ("query", "k")[min(i, 1)]
-                )
-                value = arg.expression if isinstance(arg, exp.Kwarg) else arg
-                if key == "query" and isinstance(value, exp.Column) and i == 0:
-                    query = self.qualify(value, "similarity_search", node)
-                elif key == "k" and isinstance(value, exp.Literal) and not value.is_string:
-                    k = int(value.this)
-                elif key == "corpus" and isinstance(value, exp.Column):
-                    corpus = self.qualify(value, "similarity_search", node)
-                else:
-                    raise SQLError(
-                        f"unsupported similarity_search argument {show(arg)} {ctx} "
-                        f"(write similarity_search(column, k => n[, corpus => alias.column]))"
-                    )
-            if query is None:
-                raise SQLError(f"similarity_search needs a query column first {ctx}")
+            query, k, corpus = self.search_args(node, ctx)
             if not free:
                 raise SQLError(
                     f"{show(node)} fills no template placeholder {ctx}: every placeholder is "
@@ -262,6 +280,27 @@ class Compiler:
             self.retrievals[name] = retrieval
             names.append(name)
         return names
+
+    def search_args(self, node: exp.Anonymous, ctx: str) -> tuple[str, int, str | None]:
+        """(query column, k, corpus column or None) of one `similarity_search(...)`."""
+        query, k, corpus = None, DEFAULT_K, None
+        for i, arg in enumerate(node.expressions):
+            key = arg.this.name.lower() if isinstance(arg, exp.Kwarg) else ("query", "k")[min(i, 1)]
+            value = arg.expression if isinstance(arg, exp.Kwarg) else arg
+            if key == "query" and isinstance(value, exp.Column) and i == 0:
+                query = self.qualify(value, "similarity_search", node)
+            elif key == "k" and isinstance(value, exp.Literal) and not value.is_string:
+                k = int(value.this)
+            elif key == "corpus" and isinstance(value, exp.Column):
+                corpus = self.qualify(value, "similarity_search", node)
+            else:
+                raise SQLError(
+                    f"unsupported similarity_search argument {show(arg)} {ctx} "
+                    f"(write similarity_search(column, k => n[, corpus => alias.column]))"
+                )
+        if query is None:
+            raise SQLError(f"similarity_search needs a query column first {ctx}")
+        return query, k, corpus
 
     # ---- WHERE -------------------------------------------------------------------------------
 
@@ -285,7 +324,7 @@ class Compiler:
             filters.append(LLMFilter(call.name, op, literal))
         return predicates, filters
 
-    def predicate(self, cond: exp.Expression) -> Predicate:
+    def predicate(self, cond: exp.Expression, clause: str = "WHERE") -> Predicate:
         bad = next(
             (
                 n
@@ -297,17 +336,19 @@ class Compiler:
             None,
         )
         if bad is not None:
-            raise SQLError(f"unsupported in WHERE: {show(cond)} ({bad.sql()} is not allowed here)")
+            raise SQLError(
+                f"unsupported in {clause}: {show(cond)} ({bad.sql()} is not allowed here)"
+            )
         unknown = next((n for n in cond.walk() if isinstance(n, exp.Anonymous)), None)
         if unknown is not None:
             raise SQLError(
-                f"unknown function {unknown.name}(...) in WHERE: {show(cond)}; "
+                f"unknown function {unknown.name}(...) in {clause}: {show(cond)}; "
                 "predicates may use DuckDB's built-in functions only"
             )
         copy = cond.copy()
         columns = []
         for col in list(copy.find_all(exp.Column)):
-            q = self.qualify(col, "WHERE", cond)
+            q = self.qualify(col, clause, cond)
             columns.append(q)
             alias, name = q.split(".", 1)
             col.set("table", exp.to_identifier(alias))

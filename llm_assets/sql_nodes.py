@@ -1,7 +1,7 @@
 """The node-level vocabulary of LLM-SQL over sqlglot trees: which nodes are LLM calls or
-`similarity_search`, the conjuncts of a condition, `LLM(...) = 'x'` comparisons, aggregate
-forms; `SQLError` (every rejection of the compiler) and `show` (a node as the error shows it,
-its LLM calls as `LLM(...)`)."""
+`similarity_search`, the conjuncts of a condition, `LLM(...) = 'x'` comparisons, a join's
+`col IN similarity_search(...)` blocking, aggregate forms; `SQLError` (every rejection of
+the compiler) and `show` (a node as the error shows it, its LLM calls as `LLM(...)`)."""
 
 from __future__ import annotations
 
@@ -98,3 +98,19 @@ def llm_comparison(cond: exp.Expression) -> tuple[exp.Anonymous | None, str, str
                 return None, "", ""
             return a, b.this, op
     return None, "", ""
+
+
+def similarity_in(cond: exp.Expression) -> tuple[exp.Column, exp.Anonymous] | None:
+    """(column, search) for `column IN similarity_search(...)` (or with the call in
+    parentheses): a semantic join's top-k blocking; None for anything else."""
+    while isinstance(cond, exp.Paren):
+        cond = cond.this
+    if not isinstance(cond, exp.In) or not isinstance(cond.this, exp.Column):
+        return None
+    if any(cond.args.get(k) for k in ("query", "unnest", "is_global")):
+        return None
+    field = cond.args.get("field")
+    options = [field] if field is not None else list(cond.expressions)
+    if len(options) != 1 or not is_call(options[0], SEARCH_FUNCTION):
+        return None
+    return cond.this, options[0]

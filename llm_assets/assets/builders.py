@@ -143,7 +143,9 @@ def filtered_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
         by_table = {t: frames[_arg(t)] for t in tables}
         try:  # a landed file or an asset: checked here, one line
             check_predicates(qdef.query, by_table)
-            out = run_filtered(qdef.query, by_table, options.pushdown, options.max_pairs)
+            out = run_filtered(
+                qdef.query, by_table, options.pushdown, options.max_pairs, options.retriever
+            )
         except ValueError as exc:
             raise dg.Failure(str(exc)) from None
         sql = pre_llm_sql(qdef.query, options.pushdown)

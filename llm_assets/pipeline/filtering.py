@@ -37,6 +37,8 @@ def predicate_only_columns(query: LLMQuery) -> dict[str, list[str]]:
     other |= {c for r in query.retrievals for c in (r.query_column, r.corpus_column)}
     for j in query.joins:
         other |= {f"{j.left_alias}.{j.left_column}", f"{j.right_alias}.{j.right_column}"}
+    blocks = [j.top_k for j in query.semantic_joins if j.top_k is not None]
+    other |= {c for b in blocks for c in (b.query_column, b.corpus_column)}
     out: dict[str, list[str]] = {}
     for p in query.predicates:
         for column in p.columns:
@@ -111,11 +113,18 @@ def check_pairs(
     n = count_pairs(con, inner)
     if max_pairs is not None and n > max_pairs:
         sizes = " x ".join(f"{s.table} ({len(tables[s.table]):,} rows)" for s in query.sources)
+        blocks = [j.top_k.show() for j in query.semantic_joins if j.top_k is not None]
+        blocked = f", blocked by {' and '.join(blocks)}," if blocks else ""
+        ways = (
+            "a smaller k"
+            if blocks
+            else "an equi-key in ON (a.k = b.k AND LLM(...) = 'yes'), top-k blocking "
+            "(b.y IN similarity_search(a.x, k => 5))"
+        )
         raise ValueError(
-            f"query {query.name!r}: the semantic join of {sizes} has {n:,} candidate pairs, "
-            f"over max_pairs={max_pairs:,}; bring it down with an equi-key in ON "
-            f"(a.k = b.k AND LLM(...) = 'yes'), a WHERE filter on either table, or raise "
-            f"max_pairs"
+            f"query {query.name!r}: the semantic join of {sizes}{blocked} has {n:,} candidate "
+            f"pairs, over max_pairs={max_pairs:,}; bring it down with {ways}, a WHERE filter "
+            f"on either table, or raise max_pairs"
         )
     return n
 
@@ -125,6 +134,7 @@ def run_filtered(
     tables: Mapping[str, pa.Table | pd.DataFrame],
     pushdown: bool,
     max_pairs: int | None = None,
+    retriever: str = "tfidf",
 ) -> pd.DataFrame:
     """Every row of the join of the sources, numbered `_row` in stored order (by row number in
     the largest source, then in the others; never sorted on values, so the FIFO baseline sees
@@ -135,8 +145,11 @@ def run_filtered(
     with columns but no row (a header-only file) is a ValueError: the run would ask nothing.
 
     A semantic join's rows are its candidate pairs (with `pushdown`, those its predicates
-    keep), counted first and refused over `max_pairs` (`check_pairs`); each row keeps its
-    source rows as `_pair_<alias>`."""
+    keep; with top-k blocking, only each row's nearest by `retriever`: `nearest_pairs`),
+    counted first and refused over `max_pairs` (`check_pairs`); each row keeps its source rows
+    as `_pair_<alias>`."""
+    from llm_assets.pipeline.retrieval import nearest_pairs
+
     check_columns(query, {t: list(_columns(frame)) for t, frame in tables.items()})
     empty = sorted({s.table for s in query.sources if len(tables[s.table]) == 0})
     if empty:
@@ -159,10 +172,17 @@ def run_filtered(
             con.execute(_typed_view(f"_t{i}", f"_raw{i}", table, typed.get(source.alias, ())))
             relation[source.table] = f"_t{i}"
         rows = {s.alias: f"_src_{i}" for i, s in enumerate(query.sources)}
+        pairs = {}
+        by_alias = {s.alias: relation[s.table] for s in query.sources}
+        for n, join in enumerate(j for j in query.semantic_joins if j.top_k is not None):
+            pairs[join.alias] = f"_top_k{n}"
+            con.register(pairs[join.alias], nearest_pairs(con, join.top_k, by_alias, retriever))
         # a semantic join's rows are its candidate pairs: with pushdown its predicates remove
         # pairs before they exist (no skipped row per removed pair of a cross product)
         semantic = bool(query.semantic_joins)
-        inner = pre_llm_sql(query, semantic and pushdown, tables=relation, source_row_columns=rows)
+        inner = pre_llm_sql(
+            query, semantic and pushdown, tables=relation, source_row_columns=rows, pairs=pairs
+        )
         if semantic:
             check_pairs(query, con, inner, tables, max_pairs)
         skip = _skip_reason(query) if pushdown and not semantic else exp.null()

@@ -13,7 +13,7 @@ from llm_assets.optimizer.prompts import PromptFormat, parse
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.rows import INPUT, ROW
 from llm_assets.query import LLMQuery
-from llm_assets.query_parts import LLMCall, bare_name
+from llm_assets.query_parts import LLMCall
 from resources.engine import LLMEngine
 
 
@@ -83,7 +83,7 @@ def prompt_format(
     columns: Mapping[str, Sequence[str]] | None = None,
 ) -> PromptFormat:
     """How `call`'s prompts read (`llm_assets.optimizer.prompts`)."""
-    template = parse(call.template, [bare_name(f) for f in call.fields])
+    template = parse(call.template, call.field_names)
     return PromptFormat(template, style, system, dict(columns or {}))
 
 

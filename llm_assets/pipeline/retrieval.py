@@ -1,4 +1,5 @@
-"""Retrievers for `similarity_search(column, k => k)`: the k nearest corpus texts per query.
+"""Retrievers for `similarity_search(column, k => k)`: the k nearest corpus texts per query,
+and a semantic join's top-k blocking (`nearest_pairs`).
 
 `TfidfRetriever` (default) needs no model download: scikit-learn TF-IDF vectors, cosine
 similarity (the vectors are L2-normalised, so a dot product), ties broken by corpus order.
@@ -99,3 +100,46 @@ def retrieve(query, tables, rows, retriever: str):
         for j in range(hits.shape[1]):
             out[f"{retrieval.name}_{j + 1}"] = [index.corpus[i] for i in hits[:, j]]
     return out
+
+
+def nearest_pairs(con, block, relations, retriever: str = "tfidf"):
+    """A semantic join's top-k candidate pairs (`query_parts.TopK`) as a pyarrow table of
+    `TOP_K_QUERY`, `TOP_K_CORPUS` source row numbers: each row of the query side with a
+    non-null query value, paired with the `block.k` rows of the corpus side (every row with a
+    non-null value; all of them when fewer) whose values `retriever` scores nearest, ties in
+    row order. `relations` maps each alias to its relation on `con`, with a `SOURCE_ROW`."""
+    import pyarrow as pa
+    from sqlglot import exp
+
+    from llm_assets.query import SOURCE_ROW
+    from llm_assets.query_parts import split_column
+    from llm_assets.query_sql import TOP_K_CORPUS, TOP_K_QUERY
+    from llm_assets.sql_ast import column_node, render, table
+
+    def rows(column: str) -> tuple[np.ndarray, list[str]]:
+        alias, name = split_column(column)
+        value, row = column_node(None, name), column_node(None, SOURCE_ROW)
+        select = (
+            exp.select(row, value.copy())
+            .from_(table(relations[alias]))
+            .where(exp.Not(this=exp.Is(this=value, expression=exp.null())))
+            .order_by(row.copy())
+        )
+        got = con.execute(render(select)).fetchnumpy()
+        return np.asarray(got[SOURCE_ROW], dtype=np.int64), [str(v) for v in got[name]]
+
+    query_rows, queries = rows(block.query_column)
+    corpus_rows, corpus = rows(block.corpus_column)
+    if not queries or not corpus:
+        hits = np.empty((len(queries), 0), dtype=np.int64)
+    else:
+        try:
+            hits = build_retriever(retriever, corpus).search(queries, block.k)
+        except ValueError as exc:
+            raise ValueError(f"{block.show()}: {exc}") from exc
+    return pa.table(
+        {
+            TOP_K_QUERY: np.repeat(query_rows, hits.shape[1]),
+            TOP_K_CORPUS: corpus_rows[hits.ravel()],
+        }
+    )

@@ -107,7 +107,9 @@ def prepare(
 
     check_predicates(query, tables)  # one line, before anything is sent
     try:
-        filtered = run_filtered(query, tables, options.pushdown, options.max_pairs)
+        filtered = run_filtered(
+            query, tables, options.pushdown, options.max_pairs, options.retriever
+        )
     except duckdb.Error as exc:
         first = " ".join(str(exc).splitlines()[0].split())
         raise ValueError(f"query {query.name!r}: the SQL before the LLM failed: {first}") from exc

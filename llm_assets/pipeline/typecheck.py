@@ -87,15 +87,17 @@ def check_predicates(query: LLMQuery, tables: Mapping[str, pa.Table | pd.DataFra
     for a column the query reads that its table lacks (`check_known_columns`).
 
     With every source given, each predicate runs over the join of the sources, as in the run.
-    With some missing (an upstream asset at definition load), a predicate over one given
+    With some missing (an upstream asset at definition load), or a semantic join blocked by
+    top-k (its pairs exist only once retrieved, in the run), a predicate over one given
     source runs over that table and the others are left for the run."""
     check_known_columns(query, {t: as_arrow(frame).column_names for t, frame in tables.items()})
     by_alias = {s.alias: s.table for s in query.sources}
-    complete = all(t in tables for t in by_alias.values())
+    blocked = any(j.top_k is not None for j in query.semantic_joins)
+    complete = all(t in tables for t in by_alias.values()) and not blocked
 
     def runnable(p: Predicate) -> bool:
-        read = {by_alias[c.split(".", 1)[0]] for c in p.columns}
-        return complete or (len(read) == 1 and read <= set(tables))
+        read = {c.split(".", 1)[0] for c in p.columns}  # aliases: a self-join reads one table
+        return complete or (len(read) == 1 and by_alias[read.pop()] in tables)
 
     predicates = [p for p in query.predicates if runnable(p)]
     if not predicates:

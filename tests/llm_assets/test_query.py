@@ -276,8 +276,12 @@ def test_query_validation(overrides: dict, message: str) -> None:
 def test_llm_call_validation() -> None:
     with pytest.raises(ValueError, match=r"'llm_1'.*unknown column 'plot'.*\['info', 'content'\]"):
         LLMCall("llm_1", "Judge {plot}", ("m.info", "r.content"), YES_NO, 2)
-    with pytest.raises(ValueError, match=r"several fields named \['title'\]"):
+    # two fields sharing a column name are named alias.column (a self-join's placeholders)
+    with pytest.raises(ValueError, match=r"unknown column 'title'.*\['m.title', 'r.title'\]"):
         LLMCall("llm_1", "{title}", ("m.title", "r.title"), YES_NO, 2)
+    assert LLMCall("c", "{m.title} {r.title}", ("m.title", "r.title"), YES_NO, 2).placeholders
+    with pytest.raises(ValueError, match=r"several fields named \['m.title'\]"):
+        LLMCall("llm_1", "{m.title}", ("m.title", "m.title"), YES_NO, 2)
     with pytest.raises(ValueError, match="max_tokens must be > 0, got 0"):
         LLMCall("llm_1", "{info}", ("m.info",), YES_NO, 0)
     with pytest.raises(

@@ -225,7 +225,7 @@ def test_a_semantic_join_the_model_cannot_run_is_refused_in_one_line():
     with pytest.raises(ValueError, match="is not a filtered LLM call of the query"):
         dataclasses.replace(query, llm_filters=())
     retrieval = Retrieval("context", "r.review", 2, "m.info")
-    with pytest.raises(ValueError, match="with similarity_search is not supported"):
+    with pytest.raises(ValueError, match="with similarity_search as an LLM argument is not"):
         dataclasses.replace(query, retrievals=(retrieval,))
     with pytest.raises(ValidationError, match="max_pairs must be >= 1"):
         QueryOptions(max_pairs=0)
