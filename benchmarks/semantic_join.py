@@ -1,6 +1,6 @@
 """Semantic join benchmark (issue 25 item 5, with the ordering report of item 3).
 
-    python -m benchmarks.semantic_join [--movies 20] [--reviews-per-movie 2]
+    python -m benchmarks.semantic_join [--movies 20] [--reviews-per-movie 2] [--k 3]
         [--refuse 30000x3000] [--json benchmarks/results/semantic_join.json]
 
 Data: a review-to-movie join on ../shared/data/movies_small.csv (skipped, exit 0, when
@@ -14,9 +14,18 @@ Blocking: `cross` is the cross product; `equi_blocked` adds the equi-key `r.init
 m.initial` in ON. The data has no genre or rating shared by both sides, so the key is
 constructed: the first character of the movie title, which each review takes from the title in
 its own row (so the blocking never drops a review's own movie; a stand-in for an attribute both
-tables would carry). Top-k blocking (`similarity_search`-style retrieval of one side per row of
-the other, item 1's option) is not implemented in the product and is not measured. The shared
-data has no products table, so there is no entity-matching join.
+tables would carry). `top_k_blocked` adds `m.info IN similarity_search(r.review, k => --k)`
+instead: each review with the k movies whose description is nearest (TF-IDF). Per join, the
+blocking recall is the share of the true pairs (each review with its own movie, read from
+movies_small.csv by the review's id) among the candidate pairs.
+
+Entity matching (a self-join): the shared data has no products table, so `products(id,
+title)` is built from movies_small.csv: its distinct movie titles, and for a seeded half of
+them an altered copy (a typo, a product suffix, lower case without punctuation, or a leading
+"The" moved to the end); rows shuffled (seed 0), ids `p000`... in shuffled order. The true
+pairs are each title with its copy. `em_cross` asks every unordered pair once
+(`a.id < b.id` in ON); `em_top_k` also blocks with `b.title IN similarity_search(a.title,
+k => --k)` (each product's nearest titles, itself included, then `a.id < b.id`).
 
 Per join (`benchmarks.lib.join_orders.measure_join`): candidate pairs, requests after dedup,
 and per ordering (GGR, the product's default; file order, method `original`; the nested loop
@@ -64,6 +73,31 @@ SETTINGS = {
         f"SELECT r.id, m.title FROM reviews r JOIN movies m ON r.initial = m.initial AND {LLM_ON}"
     ),
 }
+EM_TEMPLATE = (
+    "Do the product listings {a.title} and {b.title} name the same movie? Answer yes or no."
+)
+EM_LLM_ON = f"LLM('{EM_TEMPLATE}', a.title, b.title, output => 'choice(yes,no)') = 'yes'"
+EM_SELECT = "SELECT a.id, b.id FROM products a JOIN products b ON "
+MOVIES_SELECT = "SELECT r.id, m.title FROM reviews r JOIN movies m ON "
+TOP_K_ON = {
+    "top_k_blocked": "m.info IN similarity_search(r.review, k => {k})",
+    "em_top_k": "b.title IN similarity_search(a.title, k => {k})",
+}
+KEYS = {"movies": ["id", "title"], "products": ["a__id", "b__id"]}
+"""The answer columns per data set (a self-join's `a.id`, `b.id` are `a__id`, `b__id`)."""
+
+
+def settings(k: int) -> dict[str, tuple[str, str]]:
+    """setting -> (data set, SQL): the review-to-movie joins and the entity-matching ones."""
+    top_k = {n: on.format(k=k) for n, on in TOP_K_ON.items()}
+    return {
+        **{n: ("movies", sql) for n, sql in SETTINGS.items()},
+        "top_k_blocked": ("movies", f"{MOVIES_SELECT}{top_k['top_k_blocked']} AND {LLM_ON}"),
+        "em_cross": ("products", f"{EM_SELECT}a.id < b.id AND {EM_LLM_ON}"),
+        "em_top_k": ("products", f"{EM_SELECT}{top_k['em_top_k']} AND a.id < b.id AND {EM_LLM_ON}"),
+    }
+
+
 GPU, MODEL = "L4", "llama-3-8b"
 REFUSE_SECONDS = 10.0
 RATIO = 0.9
@@ -101,6 +135,79 @@ def movie_tables(path: Path, n_movies: int, per_movie: int):
     return reviews, movies
 
 
+def review_movies(path: Path, reviews) -> dict[str, str]:
+    """Review id -> the title of its own movie (read from movies_small.csv)."""
+    import pandas as pd
+
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    return dict(zip(df["id"], df["movie_title"], strict=True))
+
+
+ALTERATIONS = ("typo", "suffix", "plain", "the_last")
+
+
+def alter(title: str, how: str, rng) -> str:
+    """A listing of the same movie written differently (see the module docstring)."""
+    import re
+
+    if how == "typo":
+        words = title.split()
+        j = max(range(len(words)), key=lambda i: len(words[i]))
+        w = words[j]
+        if len(w) > 3:
+            cut = rng.randrange(1, len(w) - 1)
+            words[j] = w[:cut] + w[cut + 1 :]
+        else:
+            words[j] = w + w[-1]
+        return " ".join(words)
+    if how == "suffix":
+        return f"{title} {rng.choice(['(DVD)', '[Blu-ray]', '- Special Edition'])}"
+    if how == "plain":
+        return re.sub(r"[^\w\s]", "", title).lower()
+    if title.startswith("The "):
+        return f"{title[4:]}, The"
+    return f"{title} (Widescreen)"
+
+
+def product_tables(path: Path, seed: int = 0):
+    """(products, true pairs) from movies_small.csv's titles, as in the module docstring."""
+    import random
+
+    import pandas as pd
+
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    titles = [t for t in dict.fromkeys(df["movie_title"]) if t.strip()]
+    rng = random.Random(seed)
+    copied = sorted(rng.sample(range(len(titles)), len(titles) // 2))
+    rows = [(t, i) for i, t in enumerate(titles)]
+    rows += [
+        (alter(titles[i], ALTERATIONS[n % len(ALTERATIONS)], rng), i) for n, i in enumerate(copied)
+    ]
+    rng.shuffle(rows)
+    ids = [f"p{j:03d}" for j in range(len(rows))]
+    products = pd.DataFrame({"id": ids, "title": [t for t, _ in rows]})
+    by_title: dict[int, list[str]] = {}
+    for pid, (_, i) in zip(ids, rows, strict=True):
+        by_title.setdefault(i, []).append(pid)
+    truth = {tuple(sorted(p)) for p in by_title.values() if len(p) == 2}
+    return products, truth
+
+
+def blocking_recall(sql: str, tables, truth: set, key: list[str], unordered: bool) -> dict:
+    """The candidate pairs (`run_filtered`, nothing sent) against the true pairs: how many
+    there are, and the share of the true pairs among them."""
+    from llm_assets.pipeline.filtering import run_filtered
+    from llm_assets.sql import compile_sql
+
+    frame = run_filtered(compile_sql(sql, "recall"), tables, True, max_pairs=None)
+    pairs = {tuple(p) for p in frame[key].astype(str).to_numpy().tolist()}
+    if unordered:
+        pairs = {tuple(sorted(p)) for p in pairs}
+    found = len(pairs & truth)
+    return {"candidate_pairs": len(frame), "true_pairs": len(truth), "true_pairs_found": found,
+            "recall": round(found / len(truth), 4) if truth else None}  # fmt: skip
+
+
 def make_engine():
     from benchmarks.lib.tokens import LLAMA3
     from resources.sim.engine import SimulatedEngine
@@ -111,8 +218,9 @@ def make_engine():
 # ---- refusal -----------------------------------------------------------------------------
 
 
-def refusal(n_reviews: int, n_movies: int, folder: Path, home: Path) -> dict:
-    """The unbounded join refused: in process and through `llm-assets run`."""
+def refusal(n_reviews: int, n_movies: int, folder: Path, home: Path, k: int) -> dict:
+    """The unbounded join refused: in process and through `llm-assets run`; the same tables
+    blocked by top-k, counted (`top_k_count`)."""
     import pandas as pd
 
     from llm_assets.pipeline.options import QueryOptions
@@ -160,7 +268,7 @@ def refusal(n_reviews: int, n_movies: int, folder: Path, home: Path) -> dict:
     in_process["met"] = bool(
         in_process["one_line"] and seconds < REFUSE_SECONDS and engine.sent == 0
     )
-    paths = write_tables(folder, reviews, movies)
+    paths = write_tables(folder, {"reviews": reviews, "movies": movies})
     started = time.perf_counter()
     proc = cli_run(SETTINGS["cross"], paths, folder, home, out=None)
     seconds = time.perf_counter() - started
@@ -176,17 +284,33 @@ def refusal(n_reviews: int, n_movies: int, folder: Path, home: Path) -> dict:
         proc.returncode != 0 and cli["one_line"] and not cli["stdout"] and seconds < REFUSE_SECONDS
     )
     return {"reviews": n_reviews, "movies": n_movies, "pairs": n_reviews * n_movies,
-            "in_process": in_process, "cli": cli}  # fmt: skip
+            "in_process": in_process, "cli": cli,
+            "top_k": top_k_count(reviews, movies, k)}  # fmt: skip
+
+
+def top_k_count(reviews, movies, k: int) -> dict:
+    """The same tables blocked by top-k: the candidate pairs retrieved and counted (nothing
+    sent), and how long that takes."""
+    from llm_assets.pipeline.filtering import run_filtered
+    from llm_assets.sql import compile_sql
+
+    on = TOP_K_ON["top_k_blocked"].format(k=k)
+    sql = f"{MOVIES_SELECT}{on} AND {LLM_ON}"
+    started = time.perf_counter()
+    frame = run_filtered(compile_sql(sql, "top_k"), {"reviews": reviews, "movies": movies}, True,
+                         max_pairs=100_000)  # fmt: skip
+    return {"sql_on": on, "candidate_pairs": len(frame),
+            "seconds": round(time.perf_counter() - started, 3)}  # fmt: skip
 
 
 # ---- the same query through the CLI, the factory and the component ------------------------
 
 
-def write_tables(folder: Path, reviews, movies) -> dict[str, Path]:
+def write_tables(folder: Path, tables) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
-    paths = {"reviews": folder / "reviews.csv", "movies": folder / "movies.csv"}
-    reviews.to_csv(paths["reviews"], index=False)
-    movies.to_csv(paths["movies"], index=False)
+    paths = {name: folder / f"{name}.csv" for name in tables}
+    for name, frame in tables.items():
+        frame.to_csv(paths[name], index=False)
     return paths
 
 
@@ -249,8 +373,9 @@ def load_component(folder: Path, sql: str, paths: dict[str, Path], name: str):
         sys.path.remove(str(project / "src"))
 
 
-def three_paths(sql: str, reviews, movies, folder: Path, home: Path) -> dict:
-    """Answer rows of `sql` through run_query, the CLI, the factory and the component."""
+def three_paths(sql: str, tables, key: list[str], folder: Path, home: Path) -> dict:
+    """Answer rows (`key` columns) of `sql` through run_query, the CLI, the factory and the
+    component."""
     import pandas as pd
 
     from llm_assets import llm_query_assets
@@ -259,8 +384,7 @@ def three_paths(sql: str, reviews, movies, folder: Path, home: Path) -> dict:
     from llm_assets.sql import compile_sql
     from resources.sim.engine import SimulatedEngine
 
-    paths = write_tables(folder, reviews, movies)
-    key = ["id", "title"]
+    paths = write_tables(folder, tables)
     out = {}
     tables = {t: pd.read_csv(p, dtype=str, keep_default_na=False) for t, p in paths.items()}
     direct = run_query(compile_sql(sql, "sj_direct"), tables, QueryOptions(), SimulatedEngine())
@@ -334,7 +458,10 @@ def report(result: dict) -> str:
         f"machine). Sim: {GPU} + {MODEL}, prefix caching on, Llama 3 tokenizer "
         f"({'from ../shared/tokenizers' if result['llama3'] else 'ABSENT: approximation'}). "
         f"Data: {result['data']['reviews']} reviews x {result['data']['movies']} movies from "
-        "movies_small.csv (the module docstring says how they are picked).",
+        f"movies_small.csv, and {result['data']['products']} product listings built from its "
+        f"titles ({result['data']['product_true_pairs']} true duplicate pairs) for the "
+        f"entity-matching self-join (the module docstring says how); top-k blocking with "
+        f"k => {result['data']['k']}.",
         "",
         "Hit rate = cached prompt tokens / prompt tokens: `engine` from the sim's RunStats, "
         "`replay` the same prompts one at a time through the sim's block pool (unbounded; "
@@ -348,11 +475,38 @@ def report(result: dict) -> str:
         "prefix) decides the hit rate; row order matters only once the cache evicts (the 1% and "
         "10% columns).",
         "",
-        "Not measured: top-k blocking (not implemented in the product); product entity matching "
-        "(no products table in ../shared/data). The equi-key `initial` is constructed (first "
-        "character of the title, each review taking its own row's title): the data has no "
-        "genre or rating column shared by both sides.",
+        "The equi-key `initial` is constructed (first character of the title, each review "
+        "taking its own row's title): the data has no genre or rating column shared by both "
+        "sides. The sim's answers are placeholders: answer rows say nothing about accuracy; "
+        "recall is of the candidate pairs (the blocking), not of the answers.",
+        "",
+        "## Blocking",
+        "",
+        md_row(
+            "join",
+            "candidate pairs",
+            "true pairs among them",
+            "requests",
+            "hit: chosen / file order",
+            "engine s: chosen / file order",
+            "self-hosted $: chosen / file order",
+        ),  # fmt: skip
+        "|---|---|---|---|---|---|---|",
     ]
+    for setting, join in result["joins"].items():
+        chosen, plain = join["orderings"][join["chosen"]], join["orderings"]["original"]
+        b = join["blocking"]
+        lines.append(
+            md_row(
+                setting,
+                f"{join['candidate_pairs']:,}",
+                f"{b['true_pairs_found']} of {b['true_pairs']} ({pct(b['recall'])})",
+                f"{join['requests']:,}",
+                f"{pct(chosen['token_hit_rate'])} / {pct(plain['token_hit_rate'])}",
+                f"{chosen['engine_time_s']:.2f} / {plain['engine_time_s']:.2f}",
+                f"{chosen['cost_usd_self_hosted']:.5f} / {plain['cost_usd_self_hosted']:.5f}",
+            )
+        )
     for setting, join in result["joins"].items():
         budgets = join["cache_budget"]["blocks"]
         lines += [
@@ -415,7 +569,16 @@ def report(result: dict) -> str:
                 )
             )
     refused = result["refusal"]["in_process"]["message"]
-    lines += ["", f"Refusal message: `{refused}`", ""]
+    top_k = result["refusal"]["top_k"]
+    lines += [
+        "",
+        f"Refusal message: `{refused}`",
+        "",
+        f"The same {result['refusal']['reviews']:,} x {result['refusal']['movies']:,} tables "
+        f"with `{top_k['sql_on']}`: {top_k['candidate_pairs']:,} candidate pairs, retrieved, "
+        f"joined and counted in {top_k['seconds']:.2f} s (`run_filtered`, nothing sent).",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -453,6 +616,14 @@ def target_list(result: dict) -> list[dict]:
         f"{len(cli['stderr'])}, stdout empty {not cli['stdout']}",
         "met": cli["met"],
     })  # fmt: skip
+    top_k = result["joins"].get("top_k_blocked")
+    if top_k is not None:
+        bound = result["data"]["k"] * result["data"]["reviews"]
+        out.append({
+            "target": "top_k_blocked: candidate pairs = k x reviews (the bound before any request)",
+            "measured": f"{top_k['candidate_pairs']:,} vs {bound:,}",
+            "met": top_k["candidate_pairs"] == bound,
+        })  # fmt: skip
     for setting, join in result["joins"].items():
         same = join["three_paths"]
         counts = {k: v["answer_rows"] for k, v in same["paths"].items()}
@@ -468,6 +639,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--movies", type=int, default=20)
     parser.add_argument("--reviews-per-movie", type=int, default=2)
+    parser.add_argument("--k", type=int, default=3, help="top-k blocking's k")
     parser.add_argument("--refuse", default="30000x3000", help="REVIEWSxMOVIES refused")
     parser.add_argument("--json", default=str(ROOT / "benchmarks/results/semantic_join.json"))
     args = parser.parse_args(argv)
@@ -480,10 +652,23 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)  # Dagster's step-by-step events
     started = time.perf_counter()
     reviews, movies = movie_tables(DATA, args.movies, args.reviews_per_movie)
-    tables = {"reviews": reviews, "movies": movies}
+    own = review_movies(DATA, reviews)
+    products, em_truth = product_tables(DATA)
+    data = {
+        "movies": ({"reviews": reviews, "movies": movies},
+                   {(i, own[i]) for i in reviews["id"]}, False),
+        "products": ({"products": products}, em_truth, True),
+    }  # fmt: skip
     encode = default_tokenizer().encode
     result: dict = {
-        "data": {"file": DATA.name, "reviews": len(reviews), "movies": len(movies)},
+        "data": {
+            "file": DATA.name,
+            "reviews": len(reviews),
+            "movies": len(movies),
+            "products": len(products),
+            "product_true_pairs": len(em_truth),
+            "k": args.k,
+        },  # fmt: skip
         "llama3": LLAMA3.is_file(),
         "sim": {"gpu": GPU, "model": MODEL, "prefix_caching": True},
         "joins": {},
@@ -494,19 +679,25 @@ def main(argv: list[str] | None = None) -> int:
         previous = os.environ.get("LLM_ASSETS_HOME")
         os.environ["LLM_ASSETS_HOME"] = str(home)  # the assets' warehouse and MLflow store
         try:
-            for setting, sql in SETTINGS.items():
+            for setting, (name, sql) in settings(args.k).items():
+                tables, truth, unordered = data[name]
                 join = measure_join(sql, tables, make_engine, encode, name=setting)
+                join["data"] = name
+                join["blocking"] = blocking_recall(sql, tables, truth, KEYS[name], unordered)
                 print(
                     f"{setting}: {join['candidate_pairs']} pairs, {join['requests']} requests, "
+                    f"recall {pct(join['blocking']['recall'])}, "
                     + ", ".join(
                         f"{k} {pct(v['token_hit_rate'])}" for k, v in join["orderings"].items()
                     ),
                     file=sys.stderr,
                 )
-                join["three_paths"] = three_paths(sql, reviews, movies, Path(tmp) / setting, home)
+                folder = Path(tmp) / setting
+                join["three_paths"] = three_paths(sql, tables, KEYS[name], folder, home)
                 join.pop("answers")
                 result["joins"][setting] = join
-            result["refusal"] = refusal(n_reviews, n_movies, Path(tmp) / "refuse", home)
+            refuse = Path(tmp) / "refuse"
+            result["refusal"] = refusal(n_reviews, n_movies, refuse, home, args.k)
         finally:
             if previous is None:
                 os.environ.pop("LLM_ASSETS_HOME", None)

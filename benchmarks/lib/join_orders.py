@@ -206,9 +206,9 @@ def _format(query, call, deduped: pd.DataFrame, options: QueryOptions):
     fmt = prompt_format(call, options.prompt_style, options.system_prompt, columns)
     by_field = query.field_columns(call.name)
     side_columns: dict[str, list[str]] = {s.alias: [] for s in query.sources}
-    for field in call.fields:
-        alias, bare = field.split(".", 1)
-        side_columns[alias] += columns[bare] if bare in columns else [by_field[bare]]
+    for field, name in zip(call.fields, call.field_names, strict=True):
+        alias = field.split(".", 1)[0]  # a self-join's {a.title} and {b.title}: two sides
+        side_columns[alias] += columns[name] if name in columns else [by_field[name]]
     return fmt, side_columns
 
 

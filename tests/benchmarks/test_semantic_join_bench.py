@@ -6,7 +6,15 @@ import pandas as pd
 import pytest
 
 from benchmarks.lib.join_orders import measure_join, nested_variants, targets
-from benchmarks.semantic_join import SETTINGS, movie_tables
+from benchmarks.semantic_join import (
+    KEYS,
+    SETTINGS,
+    blocking_recall,
+    main,
+    movie_tables,
+    product_tables,
+    settings,
+)
 from resources.sim.engine import SimulatedEngine
 from resources.sim.tokenizer import ApproxTokenizer
 
@@ -108,3 +116,65 @@ def test_movie_tables_picks_the_first_movies_with_enough_distinct_reviews(tmp_pa
         "review": ["good", "bad", "ok", "meh"],
         "initial": ["A", "A", "G", "G"],
     }
+
+
+def test_top_k_blocking_keeps_k_movies_per_review_and_their_orderings_are_measured():
+    sql = settings(k=2)["top_k_blocked"][1]
+    blocked = measure(sql)
+    assert blocked["candidate_pairs"] == 2 * len(REVIEWS)  # k x rows
+    assert blocked["requests"] <= blocked["candidate_pairs"]
+    for t in targets(blocked).values():
+        assert t["ge_nested_loops"], t
+
+
+PRODUCTS_CSV = [
+    ("m/a", "Alpha Beta"),
+    ("m/b", "The Gamma"),
+    ("m/c", "Delta: Rising"),
+    ("m/d", "Eps"),
+]
+
+
+def products(tmp_path):
+    path = tmp_path / "movies.csv"
+    pd.DataFrame(
+        [(link, "", title, "info", str(i)) for i, (link, title) in enumerate(PRODUCTS_CSV)],
+        columns=["rotten_tomatoes_link", "review_content", "movie_title", "movie_info", "id"],
+    ).to_csv(path, index=False)
+    return product_tables(path)
+
+
+def test_product_tables_hold_each_title_and_a_seeded_half_altered_with_the_true_pairs(tmp_path):
+    table, truth = products(tmp_path)
+    titles = [t for _, t in PRODUCTS_CSV]
+    assert len(table) == len(titles) + len(titles) // 2 and len(truth) == len(titles) // 2
+    assert table["id"].tolist() == [f"p{j:03d}" for j in range(len(table))]
+    assert set(titles) <= set(table["title"])
+    by_id = dict(zip(table["id"], table["title"], strict=True))
+    for pair in truth:
+        first, second = (by_id[i] for i in pair)
+        assert pair == tuple(sorted(pair)) and first != second
+        assert first in titles or second in titles  # an original and its altered copy
+    assert products(tmp_path)[0].equals(table)  # seeded
+
+
+def test_the_entity_matching_self_join_asks_each_unordered_pair_once(tmp_path):
+    table, truth = products(tmp_path)
+    n = len(table)
+    tables = {"products": table}
+    em = measure_join(settings(k=2)["em_cross"][1], tables, SimulatedEngine,
+                      ApproxTokenizer().encode)  # fmt: skip
+    assert em["candidate_pairs"] == n * (n - 1) // 2
+    assert set(em["orderings"]) == {"ggr", "original", "nested_a_outer", "nested_b_outer"}
+    recall = blocking_recall(settings(k=2)["em_cross"][1], tables, truth, KEYS["products"], True)
+    assert recall["recall"] == 1.0 and recall["candidate_pairs"] == n * (n - 1) // 2
+    top_k = blocking_recall(settings(k=2)["em_top_k"][1], tables, truth, KEYS["products"], True)
+    assert top_k["candidate_pairs"] <= n  # k x rows, less the pairs a.id < b.id drops
+
+
+def test_the_benchmark_skips_cleanly_without_the_shared_data(tmp_path, monkeypatch, capsys):
+    import benchmarks.semantic_join as bench
+
+    monkeypatch.setattr(bench, "DATA", tmp_path / "absent.csv")
+    assert main(["--json", str(tmp_path / "out.json")]) == 0
+    assert "skipped" in capsys.readouterr().err and not (tmp_path / "out.json").exists()
