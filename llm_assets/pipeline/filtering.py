@@ -136,6 +136,23 @@ def run_filtered(
     max_pairs: int | None = None,
     retriever: str = "tfidf",
 ) -> pd.DataFrame:
+    """`filtered_rows`, with any DuckDB error of the pre-LLM SQL (one the predicate type check
+    did not foresee) as a one-line ValueError naming the query: the CLI, `run_query` and the
+    `filtered` asset all stop on it before anything is sent."""
+    try:
+        return filtered_rows(query, tables, pushdown, max_pairs, retriever)
+    except duckdb.Error as exc:
+        first = " ".join(str(exc).splitlines()[0].split())
+        raise ValueError(f"query {query.name!r}: the SQL before the LLM failed: {first}") from exc
+
+
+def filtered_rows(
+    query: LLMQuery,
+    tables: Mapping[str, pa.Table | pd.DataFrame],
+    pushdown: bool,
+    max_pairs: int | None = None,
+    retriever: str = "tfidf",
+) -> pd.DataFrame:
     """Every row of the join of the sources, numbered `_row` in stored order (by row number in
     the largest source, then in the others; never sorted on values, so the FIFO baseline sees
     the data as stored), with `_skip`: with `pushdown`, the reason a non-LLM predicate removes

@@ -100,19 +100,11 @@ def prepare(
     every row of the join with `_skip` and any retrieved fields, the filter order or None).
     A predicate that cannot run on the tables' types or another DuckDB error of the pre-LLM
     SQL is a one-line ValueError, raised before anything is sent (the order sample aside)."""
-    import duckdb
-
     from llm_assets.pipeline.typecheck import check_predicates
     from llm_assets.planning import in_order
 
     check_predicates(query, tables)  # one line, before anything is sent
-    try:
-        filtered = run_filtered(
-            query, tables, options.pushdown, options.max_pairs, options.retriever
-        )
-    except duckdb.Error as exc:
-        first = " ".join(str(exc).splitlines()[0].split())
-        raise ValueError(f"query {query.name!r}: the SQL before the LLM failed: {first}") from exc
+    filtered = run_filtered(query, tables, options.pushdown, options.max_pairs, options.retriever)
     base = retrieve(query, tables, filtered, options.retriever) if query.retrievals else filtered
     order = (
         estimate_filter_order(query, base, options, engine) if options.order_llm_filters else None

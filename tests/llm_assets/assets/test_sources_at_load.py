@@ -275,3 +275,25 @@ def test_llm_assets_plan_refuses_a_numeric_predicate_over_text_in_one_line(tmp_p
     one_line(
         proc.stderr, "error: predicate r.rating >= 2", "r.rating is VARCHAR", SAMPLE[kind], FIX
     )
+
+
+def test_a_duckdb_error_the_check_does_not_foresee_fails_the_filtered_asset_in_one_line(
+    tmp_path, monkeypatch
+):
+    """The same last guard in the lineage: the `filtered` asset fails with the one line
+    `run_query` gives (before: DuckDB's Binder Error, as the asset caught only ValueError)."""
+    from llm_assets.assets import builders
+    from llm_assets.pipeline import typecheck
+
+    monkeypatch.setattr(typecheck, "check_predicates", lambda query, tables: None)
+    monkeypatch.setattr(builders, "check_predicates", lambda query, tables: None)
+    reviews = write_reviews(tmp_path / "reviews.tsv", RATINGS["slash"])
+    defs = llm_query_assets("q", SQL, sources={"reviews": str(reviews)})
+    result = dg.materialize(list(defs.assets), resources=resources_for("sim"), raise_on_error=False)
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert failure.step_key.endswith("filtered")
+    one_line(
+        failure.event_specific_data.error.message.split(": ", 1)[1],
+        "query 'q': the SQL before the LLM failed",
+        "explicit cast",
+    )
