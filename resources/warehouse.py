@@ -39,7 +39,8 @@ from resources.home import llm_assets_home
 VERSIONS = "_llm_assets_versions"
 SLOTS = "_llm_assets_partition_slots"
 CATALOG = "llm-assets-warehouse"
-"""The name the file is attached under: no query name (an identifier) can collide with it."""
+"""The name the file is attached under: no query name (an identifier) can collide with it; an
+asset key whose prefix is this name (any case) would be ambiguous in DuckDB, and is refused."""
 RESERVED_SCHEMAS = frozenset({"information_schema", "pg_catalog", "memory", "system", "temp"})
 """Schema names DuckDB keeps for itself, compared as DuckDB does (`duckdb_fold`): its system
 schemas cannot hold a table, and a view in a schema named like one of its built-in catalogs
@@ -78,6 +79,12 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             raise ValueError(
                 f"asset {key.to_user_string()}: its warehouse schema {schema!r} is a name DuckDB "
                 f"reserves ({', '.join(sorted(RESERVED_SCHEMAS))}); rename the key's prefix"
+            )
+        if duckdb_fold(schema) == duckdb_fold(CATALOG):
+            raise ValueError(
+                f"asset {key.to_user_string()}: its warehouse schema {schema!r} is the name the "
+                "warehouse file is attached under, which DuckDB cannot tell from it; rename the "
+                "key's prefix"
             )
         name = key.path[-1]
         if partitions:

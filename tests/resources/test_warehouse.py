@@ -224,3 +224,21 @@ def test_tables_are_replaced_when_columns_or_types_change_and_empty_ones_are_kep
         seen.append(result.output_for_node("g__u"))
     assert seen[1]["error"].tolist() == ["HTTP 503"] and "extra" in seen[1]
     assert seen[2].empty and list(seen[2].columns) == ["a", "n"]
+
+
+@pytest.mark.parametrize("prefix", [warehouse.CATALOG, warehouse.CATALOG.upper()])
+def test_a_key_prefix_named_like_the_attached_catalog_is_refused_in_one_line(
+    prefix, tmp_path, monkeypatch
+):
+    """Without the guard (names never compare equal) DuckDB cannot store such an asset
+    ("Ambiguous reference to catalog or schema"); with it, one line naming the way out."""
+    io = WarehouseIOManager(database=str(tmp_path / "store.duckdb"))
+    with monkeypatch.context() as patch:
+        patch.setattr(warehouse, "duckdb_fold", lambda name: object())
+        result = dg.materialize(build(3, prefix), resources={"io_manager": io},
+                                raise_on_error=False)  # fmt: skip
+        assert "Ambiguous reference to catalog or schema" in failure_of(result)
+    result = dg.materialize(build(3, prefix), resources={"io_manager": io}, raise_on_error=False)
+    message = failure_of(result)
+    assert "\n" not in message and f"schema {prefix!r} is the name the warehouse" in message
+    assert "rename the key's prefix" in message
