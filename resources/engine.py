@@ -239,6 +239,13 @@ class LLMEngine(ABC):
         approximation of the Llama 3 tokenizer (`resources.sim.tokenizer.ApproxTokenizer`)."""
         return _approx_tokenizer().count(text)
 
+    @property
+    def tokens_within_chars(self) -> bool:
+        """True when `count_tokens(text) <= len(text)` for every text, so a prompt of at most
+        L characters fits L tokens without being counted (the planner's context-window fit
+        then counts only longer prompts). False unless the engine knows it."""
+        return False
+
     @abstractmethod
     def run(self, relquery_id: str, requests: Sequence[Request]) -> RunResult:
         """Serve `requests` (one relQuery) in submission order; see the module invariants."""
@@ -264,6 +271,7 @@ class EngineWrapper(LLMEngine):
     gpu_rental = property(lambda self: self.inner.gpu_rental)
     num_replicas = property(lambda self: self.inner.num_replicas)
     identity = property(lambda self: self.inner.identity)
+    tokens_within_chars = property(lambda self: self.inner.tokens_within_chars)
 
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)

@@ -174,6 +174,7 @@ def plan_stage(
         null_policy=options.null_policy,
         max_prompt_tokens=limit,
         count_tokens=count_tokens,
+        tokens_within_chars=getattr(engine, "tokens_within_chars", False),
         context_policy=options.context_policy,
     )
     fmt = prompt_format(call, options.prompt_style, options.system_prompt, columns)

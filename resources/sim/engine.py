@@ -183,6 +183,13 @@ class SimulatedEngine(LLMEngine):
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text))
 
+    @property
+    def tokens_within_chars(self) -> bool:
+        """The built-in approximation gives a piece of n characters at most n tokens and its
+        pieces never overlap, so no text has more tokens than characters; a tokenizer file
+        makes no such promise."""
+        return isinstance(self.tokenizer, ApproxTokenizer)
+
     def cache_stats(self) -> dict[str, int]:
         """Blocks in the pool, free, carrying a cached prefix, and evictions so far."""
         with self._lock:

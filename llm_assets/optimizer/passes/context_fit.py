@@ -34,14 +34,21 @@ TOO_LONG_HINT = {
 
 def fit_context(plan: StagePlan, settings: Settings) -> StagePlan:
     """`plan` with each prompt over `settings.max_prompt_tokens` cut to fit (`truncated`) or
-    failed (`errors`); unchanged without a limit, a token counter or prompts."""
+    failed (`errors`); unchanged without a limit, a token counter or prompts. With
+    `settings.tokens_within_chars`, a prompt no longer than the limit in characters is not
+    counted (it fits whatever its count)."""
     limit, count = settings.max_prompt_tokens, settings.count_tokens
     if limit is None or count is None or not plan.prompts:
         return plan
+    short = settings.tokens_within_chars
+    if short and max(map(len, plan.prompts)) <= limit:
+        return plan  # every prompt has at most as many tokens as characters: all fit
     prompts, truncated, errors = list(plan.prompts), list(plan.truncated), list(plan.errors)
     enc = plan.enc
     index = {f: j for j, f in enumerate(enc.fields)}
     for k, (row, order) in enumerate(plan.schedule):
+        if short and len(prompts[k]) <= limit:
+            continue
         n_tokens = count(prompts[k])
         if n_tokens <= limit:
             continue

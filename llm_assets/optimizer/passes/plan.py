@@ -34,6 +34,9 @@ class Settings:
     """The context window minus the output budget; None: no check."""
     count_tokens: Callable[[str], int] | None = None
     """The engine's token counter (with `max_prompt_tokens`)."""
+    tokens_within_chars: bool = False
+    """`count_tokens(text) <= len(text)` for every text (the engine's promise): a prompt of at
+    most `max_prompt_tokens` characters fits without being counted."""
     context_policy: str = "fail"
     """A prompt over `max_prompt_tokens`: `fail` it, or `truncate` its longest field."""
 

@@ -93,3 +93,42 @@ def test_the_limit_is_the_engines_declared_window_minus_the_output_budget():
     assert limit == 2000 and count("a b c") == sim.count_tokens("a b c")
     assert context_limit(sim, QueryOptions(max_prompt_tokens=77), 48)[0] == 77
     assert context_limit(Unknown(sim), QueryOptions(), 48)[0] is None
+
+
+def test_a_prompt_no_longer_than_the_limit_in_characters_is_not_counted():
+    """With the engine's promise `count <= len` (`tokens_within_chars`), the fit counts only
+    the prompts longer than the limit in characters, and plans exactly as counting them all."""
+    from dataclasses import replace
+
+    from llm_assets.optimizer.passes.context_fit import fit_context
+    from llm_assets.optimizer.passes.plan import Settings, StagePlan
+    from llm_assets.optimizer.passes.render import render
+    from llm_assets.optimizer.prompts import parse
+    from resources.engine import EngineWrapper
+    from resources.sim.engine import SimulatedEngine
+    from resources.sim.tokenizer import ApproxTokenizer
+
+    texts = ["a b", "a b c d e f g h " * 4, "x" * 30]
+    fmt = PromptFormat(parse("Sum up: {text}", ["text"]), "values")
+    plan = render(StagePlan(pd.DataFrame({"text": texts}), ("text",), fmt), Settings())
+    counted = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return len(text)
+
+    for policy in ("fail", "truncate"):
+        settings = Settings(max_prompt_tokens=40, count_tokens=count, context_policy=policy)
+        every = fit_context(plan, settings)
+        counted.clear()
+        short = fit_context(plan, replace(settings, tokens_within_chars=True))
+        assert short == every
+        assert counted and plan.prompts[0] not in counted  # the short prompt is not counted
+    counted.clear()
+    fits = Settings(max_prompt_tokens=200, count_tokens=count, tokens_within_chars=True)
+    assert fit_context(plan, fits) is plan and counted == []
+
+    sim = SimulatedEngine()
+    assert sim.tokens_within_chars and EngineWrapper(sim).tokens_within_chars
+    assert not SimulatedEngine(tokenizer=type("T", (), {"encode": list})()).tokens_within_chars
+    assert isinstance(sim.tokenizer, ApproxTokenizer)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import subprocess
 import sys
 import time
@@ -100,3 +101,19 @@ def test_hf_and_tiktoken_files_load_and_agree() -> None:
 def test_missing_tokenizer_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="does not exist"):
         load_tokenizer(tmp_path / "nope.json")
+
+
+def test_never_more_tokens_than_characters() -> None:
+    """`SimulatedEngine.tokens_within_chars`: the planner skips counting a prompt no longer
+    than the context limit in characters, so no text may have more tokens than characters."""
+    tok = ApproxTokenizer()
+    texts = [
+        "", "a", " ", "\n", "\n\n \n", "!!!", "a,b;c", "'s't", "_", "__init__", "12345678",
+        "ÀÉÎõü ß", "日本語のテキスト", "🙂🙂 x", "HELLO World", "x" * 5000, "- * / " * 50,
+        " . ".join(["sentence one", "two"] * 200), "\t \r\n\r\n  a",
+    ]  # fmt: skip
+    for path in sorted(SHARED.glob("data/*.csv"))[:3]:
+        with path.open(encoding="utf-8", newline="") as handle:
+            texts += ["\n".join(row) for row in itertools.islice(csv.reader(handle), 300)]
+    for text in texts:
+        assert tok.count(text) <= len(text), text[:80]
