@@ -301,12 +301,20 @@ def plan_command(query_path, tables, methods, as_json, **switches):
         fail("plan sends nothing: it always uses the simulated engine (drop --engine)")
     query, frames = load_inputs(read_sql(query_path), parse_tables(tables), query_path.stem)
     report = {"query": query.name, "llm_calls": [c.name for c in query.llm_calls], "methods": {}}
-    for method in [m.strip() for m in methods.split(",") if m.strip()]:
+    names = [m.strip() for m in methods.split(",") if m.strip()]
+    for k, method in enumerate(names):
         options = switches.options(method)
         started = time.perf_counter()
         sim = switches.build_engine()
         try:
-            planned = plan_query(query, frames, options, sim, sample_engine=switches.build_engine())
+            planned = plan_query(
+                query,
+                frames,
+                options,
+                sim,
+                sample_engine=switches.build_engine(),
+                release_tables=k == len(names) - 1,  # the last method frees the tables
+            )
         except ValueError as exc:
             fail(str(exc))
         if planned.filter_order is not None and "llm_filter_order" not in report:
@@ -323,6 +331,7 @@ def plan_command(query_path, tables, methods, as_json, **switches):
             "stages": [stage_report(s, sim) for s in planned.stages],
             "reach_sample": {"rows": planned.sample_rows, "requests": planned.sample_requests},
         }
+        del planned, stage, sim  # reported: free them before the next method plans
     click.echo(json.dumps(report) if as_json else plan_table(report))
 
 

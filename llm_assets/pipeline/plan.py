@@ -10,6 +10,7 @@ import pandas as pd
 
 from llm_assets.optimizer.passes import RULES, Rule, Settings, StagePlan, dedup, optimize
 from llm_assets.optimizer.prompts import PromptFormat, parse
+from llm_assets.optimizer.schedule import Schedule
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.rows import INPUT, ROW
 from llm_assets.query import LLMQuery
@@ -46,15 +47,17 @@ def _request_plan_frame(stage: StagePlan, relquery: str) -> pd.DataFrame:
     if not stage.prompts:
         names = ["position", INPUT, "request_id", "prompt", "field_order", "truncated", "error"]
         return pd.DataFrame({c: [] for c in names})
+    schedule = Schedule.from_pairs(stage.schedule)
     ids = stage.ids()
-    ids = np.unique(ids[ids >= 0])[stage.schedule.rows]
+    ids = np.unique(ids[ids >= 0])[schedule.rows]
+    orders = np.array([",".join(o) for o in schedule.orders] or [""], dtype=object)
     return pd.DataFrame(
         {
-            "position": np.arange(len(stage.schedule), dtype=np.int64),
+            "position": np.arange(len(schedule), dtype=np.int64),
             INPUT: ids,
-            "request_id": [f"{relquery}:{i}" for i in ids],
+            "request_id": [f"{relquery}:{i}" for i in ids.tolist()],
             "prompt": list(stage.prompts),
-            "field_order": [",".join(fields) for _, fields in stage.schedule],
+            "field_order": orders[schedule.order_ids],  # a few distinct strings, shared
             "truncated": list(stage.truncated),
             "error": list(stage.errors),
         }

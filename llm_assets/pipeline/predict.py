@@ -98,11 +98,16 @@ def plan_query(
     sample_engine: LLMEngine | None = None,
     sample_rows: int = PLAN_SAMPLE_ROWS,
     seed: int = 0,
+    release_tables: bool = False,
 ) -> QueryPlan:
     """Predict and price every LLM stage of `query` in run order (see the module docstring).
     `engine` prices the stages (a fresh simulated engine: it also answers the filter order's
-    sample, as in a run); `sample_engine` (default `engine`) answers the reach sample."""
+    sample, as in a run); `sample_engine` (default `engine`) answers the reach sample. With
+    `release_tables` (the caller's last use of `tables`, a dict), `tables` is emptied once the
+    joined rows are built, so the loaded tables are freed before the stages are planned."""
     query, base, order = prepare(query, tables, options, engine)
+    if release_tables:
+        tables.clear()
     out = QueryPlan(base=base, filter_order=order)
     calls = list(query.llm_calls)
     if not calls:

@@ -193,3 +193,23 @@ def test_an_unknown_null_or_context_policy_is_refused_naming_the_accepted_ones()
         run_dedup(rows, ["genre"], True, null_policy="maybe")
     with pytest.raises(ValueError, match=r"unknown context policy 'cut'; expected one of"):
         Settings(context_policy="cut")
+
+
+def test_fetch_frame_is_df_less_the_dropped_columns_with_shared_strings():
+    """`filtered`'s fetch: the same columns, order, dtypes and values as DuckDB's `.df()`
+    (every type a predicate column can get, nulls included), equal strings one object."""
+    from llm_assets.pipeline.filtering import fetch_frame
+
+    sql = """SELECT * FROM (VALUES
+        ('a', 1, TRUE, 1.5, DATE '2020-01-01', TIMESTAMP '2020-01-01 10:00', 2::HUGEINT, 'x', 3),
+        (NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'x', 1),
+        ('a', 2, FALSE, 2.5, DATE '2021-01-01', NULL, 5::HUGEINT, NULL, 2)
+    ) t(s, i, b, d, dt, ts, h, s2, o) ORDER BY o"""
+    con = locked_connection()
+    expected = con.execute(sql).df().drop(columns=["o"])
+    got = fetch_frame(con, sql, drop=["o"])
+    pd.testing.assert_frame_equal(got, expected)
+    assert got["s"][1] is got["s"][2]  # one Python object for the two 'a's
+    empty = "SELECT 1 AS a, 'x' AS b WHERE FALSE"
+    pd.testing.assert_frame_equal(fetch_frame(con, empty), con.execute(empty).df())
+    con.close()
