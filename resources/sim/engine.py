@@ -329,10 +329,16 @@ class SimulatedEngine(LLMEngine):
         seqs: list[SimSeq | None] = []
         errors: list[str | None] = []
         prompt_lens: list[int] = []
+        out_counts: dict[tuple, int] = {}  # pure functions of their keys, asked per request
+        out_ids: dict[tuple[str, int], list[int]] = {}
         for i, (relquery_id, req, arrival) in enumerate(tagged):
             ids = tokenizer.encode(req.prompt)
             answer = placeholder_answer(req.prompt, req.output, req.max_tokens)
-            n_out = output_token_count(answer, req.output, req.max_tokens, tokenizer)
+            key = (answer, req.output, req.max_tokens)
+            n_out = out_counts.get(key)
+            if n_out is None:
+                n_out = output_token_count(answer, req.output, req.max_tokens, tokenizer)
+                out_counts[key] = n_out
             n_out = min(n_out, max_len - len(ids))
             answers.append(answer)
             prompt_lens.append(len(ids))
@@ -341,7 +347,13 @@ class SimulatedEngine(LLMEngine):
             if reason is not None:
                 seqs.append(None)
                 continue
-            hashes = block_hashes(ids + output_token_ids(answer, n_out)) if caching else []
+            if caching:
+                generated = out_ids.get((answer, n_out))
+                if generated is None:
+                    generated = out_ids[answer, n_out] = output_token_ids(answer, n_out)
+                hashes = block_hashes(ids + generated)
+            else:
+                hashes = []
             seqs.append(
                 SimSeq(
                     i,
