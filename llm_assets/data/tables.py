@@ -125,7 +125,8 @@ def _read_one(
         except (OSError, EOFError) as error:
             raise InputError(f"{path}: not a readable gzip file ({error})") from None
     text = _decode(path, data, encoding, kind, delimiter, encoding_errors)
-    if not text.strip():
+    del data  # the text holds the file from here: one copy fewer while it is parsed
+    if not text or text.isspace():  # (not `strip()`: that copies the whole text)
         raise InputError(f"{path}: the file is empty (expected a header row or records)")
     if kind == "tsv" and delimiter is None:
         delimiter = "\t"

@@ -447,3 +447,32 @@ def test_one_stray_byte_in_a_utf8_file_is_named_or_replaced_alone(tmp_path, rows
 def test_encoding_errors_is_checked():
     with pytest.raises(InputError, match="encoding_errors 'ignore'"):
         load_table(__file__, format="csv", encoding_errors="ignore")
+
+
+def test_first_row_reads_a_prefix_and_agrees_with_reading_the_whole_text():
+    """`first_row` reads a doubling prefix (no 4-byte copy of a whole file): a header
+    longer than the first prefix, quoted newlines, a broken header and a bad later row give
+    what the csv reader gives on the whole text."""
+    import csv
+    import io
+
+    from llm_assets.data import delimited
+
+    def whole(text: str, delimiter: str) -> list[str]:
+        try:
+            return next(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), [])
+        except csv.Error:
+            return []
+
+    wide = ",".join(f"column_{i}" for i in range(20_000))  # > 64K characters
+    texts = [
+        wide + "\n1,2\n",
+        wide,
+        '"a\nb",c\r\n1,2\n' + "x" * 100_000,
+        '"' + "q" * 200_000 + '",b\n1,2\n',  # over the csv field limit: [] either way
+        "a,b\n\x00,1\n",
+        "",
+        "a,b",
+    ]
+    for text in texts:
+        assert delimited.first_row(text, ",") == whole(text, ","), text[:40]
