@@ -78,7 +78,7 @@ from resources.sim.relquery import (
     WorkloadResult,
     relquery_timing,
 )
-from resources.sim.step_loop import ClosedLoopClient, LoopSetup, iterate
+from resources.sim.step_loop import ClosedLoopClient, LoopSetup, iterate, paused_gc
 from resources.sim.tokenizer import ApproxTokenizer, Tokenizer, load_tokenizer
 
 __all__ = ["ClosedLoopClient", "SimulatedEngine"]
@@ -312,6 +312,7 @@ class SimulatedEngine(LLMEngine):
             policy_overhead=policy_overhead,
         )
 
+    @paused_gc
     def _simulate(
         self,
         tagged: list[tuple[str, Request, float]],

@@ -9,6 +9,8 @@ a `ClosedLoopClient`, arrivals come from the client, which sees every output tok
 
 from __future__ import annotations
 
+import functools
+import gc
 import math
 import time
 from collections import deque
@@ -25,6 +27,26 @@ __all__ = ["ClosedLoopClient", "LoopSetup", "iterate"]
 
 Progress = Callable[[int, int], None]
 _computed = attrgetter("num_computed")
+
+
+def paused_gc(fn: Callable) -> Callable:
+    """`fn` with CPython's cyclic garbage collector paused while it runs (restored after,
+    unless it was already off). A simulation allocates millions of small objects that live
+    until it returns (sequences, block-hash lists, responses), none in a reference cycle:
+    the collector rescans them again and again, freeing nothing (3.0 s of a 17.1 s run of
+    173k requests). Reference counting still frees everything else; results are unchanged."""
+
+    @functools.wraps(fn)
+    def paused(*args, **kwargs):
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if enabled:
+                gc.enable()
+
+    return paused
 
 
 class ClosedLoopClient(Protocol):

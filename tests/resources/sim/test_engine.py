@@ -86,3 +86,32 @@ def test_tensor_parallel_deployment_prices_all_gpus() -> None:
 def test_empty_run() -> None:
     result = SimulatedEngine().run("q", [])
     assert result.responses == [] and result.stats.engine_time_s == 0.0
+
+
+def test_the_cyclic_gc_is_paused_during_a_run_and_restored_after() -> None:
+    """`paused_gc`: off while the simulation runs, back as it was after (also on error)."""
+    import gc
+
+    import pytest
+
+    from resources.sim.step_loop import paused_gc
+
+    seen = []
+    check = paused_gc(lambda: seen.append(gc.isenabled()))
+    assert gc.isenabled()
+    check()
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        check()
+        assert not gc.isenabled()  # it was off: it stays off
+    finally:
+        gc.enable()
+
+    @paused_gc
+    def fails() -> None:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        fails()
+    assert gc.isenabled()
