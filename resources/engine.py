@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Request:
     """One LLM call: a fully rendered prompt and what its answer may be."""
 
@@ -46,7 +46,7 @@ class Request:
     """Lower runs earlier (vLLM's convention) under priority scheduling."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Response:
     """The answer to one `Request` (or why there is none: `error`)."""
 
