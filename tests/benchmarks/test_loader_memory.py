@@ -29,7 +29,10 @@ def test_every_stage_of_plan_is_metered_in_a_fresh_process(memory):
     assert entry["peak_mb"] == max(s["peak_mb"] for s in entry["stages"])
     assert entry["peak_mb"] > entry["baseline_rss_mb"] > 0
     assert 0 < entry["n_requests"] <= entry["rows_to_first_llm"] < ROWS  # pushdown, dedup
-    assert entry["token_counts"] == entry["n_requests"] and entry["token_count_s"] > 0
+    # the sim's approximate tokenizer never gives more tokens than characters: the context
+    # fit counts no prompt shorter than the limit in characters (every one here), the sim
+    # engine's own count is the only one (before: one count per request, twice in all)
+    assert entry["token_counts"] == 0 and entry["token_count_s"] == 0
     assert entry["cli"]["wall_s"] > 0 and entry["cli"]["max_rss_mb"] > entry["baseline_rss_mb"]
     if "clear_refs" in memory["peak_method"]:  # Linux: the peak is reset per stage
         assert min(s["peak_mb"] for s in entry["stages"]) < entry["peak_mb"]
