@@ -4,7 +4,7 @@
                                  [--json benchmarks/results/reorder.json] [--budget-only]
 
 Tables: every CSV in ../shared/data (all columns; skipped when absent), the seeded shapes of
-`benchmarks.lib.shapes` (the tables GGR lost on in issue 14) and seeded skewed 10-column
+`benchmarks.lib.shapes` (the tables GGR lost on in issues 14 and 24) and seeded skewed 10-column
 tables at each of `--sizes`. Methods: `original` (file order), `column_stats`, `authors_ggr`
 (our port of the authors' QuickGreedy, `benchmarks.lib.quickgreedy`; `authors_ggr_merge` also
 with a hand-written column merge where the table has exact functional dependencies) and
@@ -53,7 +53,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
-SHAPE_ROWS = {"claims": 20_000, "reviews": 54_000, "critics16": 20_000, "movie_info12": 20_000}
+SHAPE_ROWS = {
+    "claims": 20_000,
+    "reviews": 54_000,
+    "critics16": 20_000,
+    "movie_info12": 20_000,
+    "claims_rows": 10_000,
+    "rt_movies": 1_560,
+}
 # Hand-written merges of exact functional dependencies, as the authors' harness is given them.
 AUTHORS_MERGE = {
     "movie_info12": [["movie_title", "genres", "directors", "original_release_date", "runtime"]],

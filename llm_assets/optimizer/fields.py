@@ -30,9 +30,14 @@ def leftover_scores(enc: EncodedTable) -> np.ndarray:
 
 
 def detect_fds(enc: EncodedTable) -> list[list[str]]:
-    """Groups of fields in one-to-one correspondence on this table (pairwise FD both ways)."""
+    """Groups of fields in one-to-one correspondence on this table (pairwise FD both ways).
+    Fields whose values are all distinct (keys) are in no group: any two of them correspond
+    trivially, they hold no repeated value to group on, and merged they would follow each
+    other in one fixed order wherever they are free, where each node's rows may share the
+    prefixes of one and not the other (`tails`)."""
     m = len(enc.fields)
     distinct = [len(u) for u in enc.uniques]
+    keys = {j for j in range(m) if distinct[j] == enc.num_rows and enc.num_rows > 1}
     parent = list(range(m))
 
     def find(i: int) -> int:
@@ -43,7 +48,7 @@ def detect_fds(enc: EncodedTable) -> list[list[str]]:
 
     for a in range(m):
         for b in range(a + 1, m):
-            if distinct[a] != distinct[b] or find(a) == find(b):
+            if distinct[a] != distinct[b] or a in keys or find(a) == find(b):
                 continue
             pair = enc.codes[:, a].astype(np.int64) * distinct[b] + enc.codes[:, b]
             if len(np.unique(pair)) == distinct[a]:

@@ -62,11 +62,21 @@ def row_strings(
     if len(sched.orders) == 1:  # one field order: join columns, no 2-D gather
         columns = [enc.uniques[j][enc.codes[sched.rows, j]].tolist() for j in positions[0]]
         return list(map(sep.join, zip(*columns, strict=True)))
-    cells = np.empty((enc.num_rows, m), dtype=object)
-    for j in range(m):
-        cells[:, j] = enc.uniques[j][enc.codes[:, j]]
-    picked = cells[sched.rows[:, None], positions[sched.order_ids].astype(np.int64)]
-    return list(map(sep.join, picked.tolist()))
+    if len(sched.orders) * 32 > n:  # many small orders: one 2-D gather
+        cells = np.empty((enc.num_rows, m), dtype=object)
+        for j in range(m):
+            cells[:, j] = enc.uniques[j][enc.codes[:, j]]
+        picked = cells[sched.rows[:, None], positions[sched.order_ids].astype(np.int64)]
+        return list(map(sep.join, picked.tolist()))
+    out = np.empty(n, dtype=object)  # few orders: each one's rows joined column-wise
+    by_order = np.argsort(sched.order_ids, kind="stable")
+    bounds = np.searchsorted(sched.order_ids[by_order], np.arange(len(sched.orders) + 1))
+    for oid, pos in enumerate(positions.tolist()):
+        at = by_order[bounds[oid] : bounds[oid + 1]]
+        rows = sched.rows[at]
+        columns = [enc.uniques[j][enc.codes[rows, j]].tolist() for j in pos]
+        out[at] = list(map(sep.join, zip(*columns, strict=True)))
+    return out.tolist()
 
 
 def common_prefix_len(a: str, b: str) -> int:

@@ -71,13 +71,34 @@ def test_ggr_splits_a_value_three_ways_where_the_optimum_does():
     assert phc(frame, ggr_schedule(frame)) == 59  # the greedy with rollout reached 51
 
 
-def test_ggr_is_close_to_ophr_where_the_greedy_leads():
-    """10-row tables are beyond the exact leaves: the greedy picks the groups at the top,
-    exact search finishes sub-tables (and remainders) of up to 8 rows. Measured on these
-    100 tables: mean 0.977, worst 0.82 (the greedy with rollout: 0.977, 0.82)."""
-    ratios = ratios_to_optimum(np.random.default_rng(5), 10, 4, 100)
-    assert ratios.mean() >= 0.97, ratios.mean()
-    assert ratios.min() >= 0.8, ratios.min()
+@pytest.mark.parametrize(
+    ("n_rows", "n_cols", "seed"), [(10, 4, 5), (10, 4, 6), (9, 4, 2), (10, 3, 7)]
+)
+def test_ggr_is_within_0_9_of_ophr_on_9_and_10_row_tables(n_rows, n_cols, seed):
+    """Issue 24's target: >= 0.9 of the optimum on small tables. 9- and 10-row tables are
+    beyond the exact leaves; there GGR looks one group ahead (`SmallNodes._lookahead`:
+    the group whose both parts, solved exactly, do best). Measured on these 100-table sets,
+    worst before -> after: 0.818 -> 0.984 (10 x 4, seed 5), 0.775 -> 0.954 (seed 6), 0.758
+    -> 0.961 (9 x 4), 0.869 -> 0.976 (10 x 3); means 0.975-0.988 -> >= 0.9988. Over 2,600
+    random 9- and 10-row tables the worst was 0.94 (0.71 before)."""
+    ratios = ratios_to_optimum(np.random.default_rng(seed), n_rows, n_cols, 100)
+    assert ratios.mean() >= 0.995, ratios.mean()
+    assert ratios.min() >= 0.9, ratios.min()
+
+
+def test_the_lookahead_takes_a_smaller_group_first_where_that_does_best():
+    """A 10-row table where the greedy's best value (f3 = "yy", 6 rows, HITCOUNT 20) leaves
+    49 of the optimum's 69; taking f1 = "zzz" (3 rows, 18) first reaches it."""
+    frame = pd.DataFrame(
+        {
+            "f0": ["yy", "q", "x", "x", "yy", "zzz", "zzz", "yy", "zzz", "yy"],
+            "f1": ["zzz", "wwww", "yy", "zzz", "zzz", "yy", "x", "yy", "x", "wwww"],
+            "f2": ["q", "yy", "wwww", "yy", "zzz", "zzz", "yy", "q", "q", "yy"],
+            "f3": ["x", "zzz", "x", "yy", "yy", "x", "yy", "yy", "yy", "yy"],
+        }
+    )
+    assert ophr(frame)[0] == 69
+    assert phc(frame, ggr_schedule(frame)) == 69
 
 
 def claims_frame(n: int = 60, seed: int = 0) -> pd.DataFrame:

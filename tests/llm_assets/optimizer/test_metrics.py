@@ -1,5 +1,6 @@
 import itertools
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -11,6 +12,7 @@ from llm_assets.optimizer.metrics import (
     common_prefix_len,
     neighbour_lcps,
     phc,
+    row_strings,
     token_hit_rate,
     trie_hits,
 )
@@ -156,3 +158,21 @@ def test_token_hit_rate_matches_a_direct_count(texts):
         hits += min(shared // 3, (len(t) - 1) // 3 if t else 0) * 3
     expected = hits / total if total else 0.0
     assert token_hit_rate(texts, chars, block_size=3) == pytest.approx(expected)
+
+
+@given(st.integers(1, 80), st.integers(1, 4), st.integers(0, 2**32 - 1))
+@settings(max_examples=60, deadline=None)
+def test_row_strings_join_each_field_order(n, n_orders, seed):
+    """Few field orders over many rows are joined column-wise per order, many small ones
+    gathered cell by cell: both give each row's cells in its own order."""
+
+    rng = np.random.default_rng(seed)
+    values = ["", "a", "ab", "2/5", "2000", "x y"]
+    frame = pd.DataFrame({f: rng.choice(values, n) for f in ("a", "b", "c")})
+    orders = [list(rng.permutation(["a", "b", "c"])) for _ in range(n_orders)]
+    pairs = [(int(r), orders[int(rng.integers(n_orders))]) for r in rng.permutation(n)]
+    expected = ["".join(frame.iloc[r][f] for f in fields) for r, fields in pairs]
+    assert row_strings(frame, pairs) == expected
+    assert row_strings(frame, pairs, sep="|") == [
+        "|".join(frame.iloc[r][f] for f in fields) for r, fields in pairs
+    ]
