@@ -7,13 +7,13 @@ from __future__ import annotations
 import multiprocessing as mp
 import time
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import pytest
 
 from resources.engine import Request, Response
 from resources.response_cache import CacheLockTimeout, EngineKey, ResponseCache
+from tests.resources.test_response_cache import _hold  # a spawn target: one importable copy
 
 REQUEST = Request("a", "Is the sky blue?", max_tokens=7)
 
@@ -51,13 +51,6 @@ def test_lock_waits_counts_only_real_waits(tmp_path: Path) -> None:
     cache.put_many([("k", Response("r", "Yes", 1, 0, 1, 0.1, 0.2))])
     assert cache.get_many(["k"]) and cache.count() == 1
     assert cache.lock_waits == 0  # nobody else held the file
-
-
-def _hold(path: str, seconds: float, ready: Any) -> None:
-    con = duckdb.connect(path)
-    ready.set()
-    time.sleep(seconds)
-    con.close()
 
 
 def test_a_wait_that_would_pass_the_deadline_is_not_started(tmp_path: Path) -> None:
