@@ -86,7 +86,9 @@ DEFAULT_EFFICIENCY = Efficiency()
 # - async scheduling, on by default (vllm/config/vllm.py: `async_scheduling` None -> True unless
 #   an incompatible option is set; `EngineCore.step_with_batch_queue` schedules and launches
 #   step k+1 before blocking on step k; PR vllm-project/vllm#19970 notes TTFT rises a little as a
-#   new request waits one more step);
+#   new request waits one more step); the delay is on arrivals only: step k's tokens, a first
+#   token included, are returned as soon as step k+1 is launched, not after it runs
+#   (benchmarks/results/async_first_token.md: the code, and the H200 per-step timings);
 # - CUDA graphs in FULL_AND_PIECEWISE mode, every batch of up to the largest capture size padded
 #   to the next captured size (vllm/config/compilation.py, `cudagraph_capture_sizes`).
 # Already priced for every profile: decode attention reads each running request's whole KV
