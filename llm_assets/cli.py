@@ -346,6 +346,7 @@ def stage_report(stage, sim) -> dict:
         "rows_to_llm": stage.rows_to_llm,
         "share": round(stage.share, 4),
         **figures,
+        "priced_on": stage.priced_on.report() if stage.priced_on else None,
     }
 
 

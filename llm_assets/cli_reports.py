@@ -83,6 +83,25 @@ def _stage_row(name: str, m: dict, rows: int) -> list[str]:
     ]
 
 
+def sampled_lines(methods: dict) -> list[str]:
+    """One line per method and stage priced from windows of its requests
+    (`llm_assets.pipeline.pricing`): how many were counted and the standard errors."""
+    lines = []
+    for name, m in methods.items():
+        for stage in m["stages"]:
+            sample = stage.get("priced_on")
+            if not sample:
+                continue
+            se = sample["relative_se"]
+            lines.append(
+                f"{name}, {stage['llm_call']}: tokens and engine s estimated from "
+                f"{sample['requests']:,} of its {sample['of']:,} requests ({sample['windows']} "
+                f"windows of consecutive requests; standard error: cached tokens "
+                f"{se['cached_tokens']:.1%}, engine s {se['engine_time_s']:.1%})"
+            )
+    return ["", *lines] if lines else []
+
+
 def plan_table(report: dict) -> str:
     """`plan`'s default output: per LLM stage in run order, one row per method; then each
     method's totals over all stages and their cost per pricing model."""
@@ -143,6 +162,7 @@ def plan_table(report: dict) -> str:
             total = sum(firsts.values()) or 1
             shares = ", ".join(f"{a}'s fields first in {n / total:.0%}" for a, n in firsts.items())
             lines.append(f"  {name}: {shares} of the prompts")
+    lines += sampled_lines(methods)
     shown = next(reversed(methods), None)
     if shown and methods[shown]["first_prompt"] is not None:
         lines += ["", f"the first prompt {shown} sends, exactly as the model receives it:"]

@@ -201,6 +201,7 @@ def test_plan_prices_every_llm_stage_and_totals_them(tmp_path):
         for key in ("n_requests", "prompt_tokens", "output_tokens"):
             assert m[key] == sum(s[key] for s in stages), key
         assert m["reach_sample"]["rows"] == 60
+        assert all(s["priced_on"] is None for s in stages)  # every request simulated
     ggr = report["methods"]["ggr"]
     assert (ggr["n_requests"], ggr["prompt_tokens"]) == (sent["n_requests"], sent["prompt_tokens"])
     table = run("plan", str(sql), "--table", f"t={path}").stdout

@@ -8,7 +8,9 @@ predicted share of the table. That many rows are then drawn, seeded, from the fu
 groups of rows with equal earlier-stage inputs, as an engine answers duplicates alike, and
 only rows no earlier stage skips for a null), and planned by the same `plan_stage` the run
 uses: dedup, reorder and prompt lengths are those of representative rows. Each stage's
-planned requests are then sent to the pricing engine in run order, as `run` sends them.
+planned requests are then sent to the pricing engine in run order, as `run` sends them (a
+stage of more than `pricing.EXACT_REQUESTS` requests: windows of them, scaled;
+`llm_assets.pipeline.pricing`).
 
 On the sim an answer is a pure function of the prompt (`resources.sim.answers`), so the sample
 measures the selectivity `run` will meet there, up to sampling error; a sample covering the
@@ -33,9 +35,10 @@ from llm_assets.pipeline.plan import (
     plan_stage,
     relquery_id,
 )
+from llm_assets.pipeline.pricing import PriceSample, price_stage
 from llm_assets.pipeline.rows import INPUT, stage_input
 from llm_assets.pipeline.run import prepare
-from llm_assets.pipeline.send import requests_from_plan, send_stage
+from llm_assets.pipeline.send import send_stage
 from llm_assets.query import LLMQuery
 from llm_assets.query_parts import LLMCall
 from resources.engine import LLMEngine, RunStats
@@ -66,6 +69,9 @@ class StagePrediction:
     deduped: pd.DataFrame
     plan: pd.DataFrame
     stats: RunStats
+    priced_on: PriceSample | None = None
+    """The windows a large stage was priced from (`pricing.price_stage`); None: every
+    request was simulated."""
 
     @property
     def rows_to_llm(self) -> int:
@@ -120,9 +126,11 @@ def plan_query(
     for call, (rows, share) in zip(calls, inputs, strict=True):
         relquery = relquery_id(query, call)
         deduped, plan = plan_stage(query, call, rows, options, engine, relquery)
-        requests = requests_from_plan(plan, call, call_max_tokens(call, options))
-        stats = engine.run(relquery, requests).stats
-        out.stages.append(StagePrediction(call, len(rows), share, deduped, plan, stats))
+        max_tokens = call_max_tokens(call, options)
+        stats, priced_on = price_stage(engine, relquery, plan, call, max_tokens, seed=seed)
+        out.stages.append(
+            StagePrediction(call, len(rows), share, deduped, plan, stats, priced_on)
+        )
     return out
 
 
