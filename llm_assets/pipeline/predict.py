@@ -128,9 +128,7 @@ def plan_query(
         deduped, plan = plan_stage(query, call, rows, options, engine, relquery)
         max_tokens = call_max_tokens(call, options)
         stats, priced_on = price_stage(engine, relquery, plan, call, max_tokens, seed=seed)
-        out.stages.append(
-            StagePrediction(call, len(rows), share, deduped, plan, stats, priced_on)
-        )
+        out.stages.append(StagePrediction(call, len(rows), share, deduped, plan, stats, priced_on))
     return out
 
 
