@@ -139,23 +139,30 @@ class PromptFormat:
             instruction = f"{self.system}\n{instruction}"
         return instruction.rstrip("\n") + "\n"
 
+    def layout(self, names: Sequence[str]) -> list[str | int]:
+        """A prompt for a row whose columns `names` hold its values, as pieces: a str is sent
+        as written, an int k is the value of `names[k]`. `render` joins them; `render_prompts`
+        joins them for many rows at once."""
+        if self.style == "inline":
+            index = {n: k for k, n in enumerate(names)}
+            template = self.template
+            out: list[str | int] = [f"{self.system}\n" if self.system else "", template.pieces[0]]
+            for slot, piece in zip(template.slots, template.pieces[1:], strict=True):
+                for m, column in enumerate(self.columns.get(slot, (slot,))):
+                    out += ["\n"] if m else []
+                    out.append(index[column])
+                out.append(piece)
+            return out
+        out = [self._head()]
+        labels = {cols[0]: s for s, cols in self.columns.items() if len(cols) == 1}
+        for k, n in enumerate(names):
+            line = "" if self.style == "values" else f"{labels.get(n, n)}: "
+            out += [("\n" if k else "") + line, k]
+        return out
+
     def render(self, names: Sequence[str], values: Sequence[str]) -> str:
         """One prompt for a row whose columns `names` hold `values`, in the schedule's order."""
-        if self.style == "inline":
-            by_column = dict(zip(names, values, strict=True))
-            filled = self.template.fill(
-                {
-                    s: "\n".join(by_column[c] for c in self.columns.get(s, (s,)))
-                    for s in self.template.fields
-                }
-            )
-            return f"{self.system}\n{filled}" if self.system else filled
-        if self.style == "values":
-            return self._head() + "\n".join(values)
-        labels = {cols[0]: s for s, cols in self.columns.items() if len(cols) == 1}
-        return self._head() + "\n".join(
-            f"{labels.get(n, n)}: {v}" for n, v in zip(names, values, strict=True)
-        )
+        return "".join(p if isinstance(p, str) else values[p] for p in self.layout(names))
 
 
 def fit_row(
@@ -187,14 +194,50 @@ def fit_row(
     return prompt(lo)
 
 
+RENDER_CHUNK = 1 << 20
+"""Rows `render_prompts` joins at once in Arrow (bounds the joined buffer it holds)."""
+
+
 def render_prompts(
     table: TableLike | EncodedTable, schedule: Pairs | Schedule, fmt: PromptFormat
 ) -> list[str]:
-    """One prompt per scheduled row, in schedule order."""
+    """One prompt per scheduled row, in schedule order: each field order's `layout` joined
+    column-wise in Arrow, `RENDER_CHUNK` rows at a time (no Python per row); a value Arrow
+    cannot hold (a lone surrogate: not UTF-8) renders the rows one by one in Python, as
+    `PromptFormat.render` does."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     sched = Schedule.from_pairs(schedule)
     enc = table if isinstance(table, EncodedTable) else encode(table, list(sched.orders[0]))
     index = {f: j for j, f in enumerate(enc.fields)}
     positions = [[index[f] for f in order] for order in sched.orders]
+    try:
+        columns = [pa.array(u, type=pa.large_string()) for u in enc.uniques]
+    except (pa.ArrowException, UnicodeEncodeError):
+        return _render_rows(enc, sched, fmt, positions)
+    rows, order_ids = sched.rows, sched.order_ids
+    out = np.empty(len(rows), dtype=object)
+    for oid, cols in enumerate(positions):
+        layout = fmt.layout([enc.fields[j] for j in cols])
+        where = np.flatnonzero(order_ids == oid)
+        for start in range(0, len(where), RENDER_CHUNK):
+            at = where[start : start + RENDER_CHUNK]
+            codes = enc.codes[rows[at]]
+            parts = [
+                pa.scalar(p, pa.large_string())
+                if isinstance(p, str)
+                else columns[cols[p]].take(pa.array(codes[:, cols[p]]))
+                for p in layout
+            ]
+            joined = pc.binary_join_element_wise(*parts, pa.scalar("", pa.large_string()))
+            out[at] = joined.to_numpy(zero_copy_only=False)
+    return out.tolist()
+
+
+def _render_rows(enc, sched: Schedule, fmt: PromptFormat, positions) -> list[str]:
+    """`render_prompts` one row at a time in Python."""
     names = [[enc.fields[j] for j in cols] for cols in positions]
     codes, uniques = enc.codes, enc.uniques
     out = []

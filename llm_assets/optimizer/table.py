@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 TableLike = pa.Table | pd.DataFrame
 
@@ -131,12 +132,27 @@ def factorize_strings(values: np.ndarray, sort: bool = False) -> tuple[np.ndarra
     """(codes, uniques) of an object array of str, as `pd.factorize` gives them: codes in
     first-occurrence order, or in sorted order of the uniques with `sort`.
 
-    pandas' hash table reads a str only up to its first NUL character, so it takes
-    'a\x00b' and 'a\x00c' for one value; a column holding a NUL is coded with a dict
-    instead (exact, slower; NUL is rare in text)."""
-    if not any("\x00" in v for v in values):
-        codes, uniques = pd.factorize(values, sort=sort)
-        return codes, np.asarray(uniques, dtype=object)
+    Coded by Arrow's hash table and sort (UTF-8 bytes: every character counts, and byte order
+    is Python's code point order), not pandas': pandas' hash table reads a str only up to its
+    first NUL and takes strings holding different lone surrogates for one value ('\ud800a'
+    and '\ud800b'), and sorts Python objects one comparison at a time. A column Arrow cannot
+    hold (a lone surrogate is not UTF-8) is coded with a dict (exact, slower)."""
+    try:
+        array = pa.array(values, type=pa.large_string(), from_pandas=False)
+    except (pa.ArrowException, UnicodeEncodeError):
+        return _factorize_with_dict(values, sort)
+    encoded = array.dictionary_encode()
+    codes = encoded.indices.to_numpy().astype(np.int64)
+    uniques = encoded.dictionary
+    if sort:
+        order = pc.array_sort_indices(uniques).to_numpy()
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        codes, uniques = rank[codes], uniques.take(order)
+    return codes, uniques.to_numpy(zero_copy_only=False).astype(object, copy=False)
+
+
+def _factorize_with_dict(values: np.ndarray, sort: bool) -> tuple[np.ndarray, np.ndarray]:
     index: dict[str, int] = {}
     codes = np.fromiter((index.setdefault(v, len(index)) for v in values), np.int64, len(values))
     uniques = np.empty(len(index), dtype=object)
