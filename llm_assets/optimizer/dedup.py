@@ -54,9 +54,18 @@ def dedup_rows(table: TableLike | EncodedTable, fields: Sequence[str] | None = N
     enc = table if isinstance(table, EncodedTable) else encode(table, fields)
     if enc.num_rows == 0:
         return Dedup(np.zeros(0, np.int64), np.zeros(0, np.int64))
-    _, labels = np.unique(enc.codes, axis=0, return_inverse=True)
-    labels, _ = pd.factorize(labels.ravel())
-    return _first_occurrence(labels)
+    return _first_occurrence(row_labels(enc.codes, [len(u) for u in enc.uniques]))
+
+
+def row_labels(codes: np.ndarray, cardinalities: Sequence[int]) -> np.ndarray:
+    """One label per row of `codes` (n_rows x n_fields, field j's codes below
+    `cardinalities[j]`), equal exactly for equal rows, numbered in first-occurrence order.
+    Hashed field by field: each step's key (label so far x cardinality + code) is below
+    n_rows x cardinality, so it never overflows int64, and nothing is sorted."""
+    labels = np.zeros(len(codes), dtype=np.int64)
+    for j, cardinality in enumerate(cardinalities):
+        labels, _ = pd.factorize(labels * cardinality + codes[:, j].astype(np.int64))
+    return labels
 
 
 def dedup_prompts(prompts: Sequence[str]) -> Dedup:
