@@ -9,6 +9,7 @@ The SQL is built from sqlglot's AST with quoted identifiers (column names are us
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -42,13 +43,25 @@ def _fits(column, type_name: str):
     return exp.and_(condition, *extra)
 
 
+_TYPED: dict[int, dict[str, str]] = {}
+"""id(table) -> its columns typed so far: an Arrow table is immutable, so the type check and
+the filter (which both type a query's predicate columns) scan each column of one loaded
+table once. An entry goes when its table is freed (before its id can be reused)."""
+
+
+def _typed_so_far(table: pa.Table) -> dict[str, str]:
+    key = id(table)
+    if key not in _TYPED:
+        _TYPED[key] = {}
+        weakref.finalize(table, _TYPED.pop, key, None)
+    return _TYPED[key]
+
+
 def predicate_types(table: pa.Table, columns: Sequence[str]) -> dict[str, str]:
     """The DuckDB type each text column in `columns` would get from DuckDB's CSV sniffer
     (one of `PREDICATE_TYPES`, else VARCHAR); non-text columns are left out. Every non-null
-    value of a column typed T casts to T without error."""
-    import duckdb
-    from sqlglot import exp
-
+    value of a column typed T casts to T without error. A column of a table is scanned once
+    however often it is asked for (`_TYPED`)."""
     unknown = [c for c in columns if c not in table.column_names]
     if unknown:
         raise ValueError(f"unknown column(s) {unknown}; the table has {table.column_names}")
@@ -58,6 +71,16 @@ def predicate_types(table: pa.Table, columns: Sequence[str]) -> dict[str, str]:
         if pa.types.is_string(table.schema.field(c).type)
         or pa.types.is_large_string(table.schema.field(c).type)
     ]
+    known = _typed_so_far(table)
+    known.update(_scan_types(table, [c for c in text if c not in known]))
+    return {c: known[c] for c in text}
+
+
+def _scan_types(table: pa.Table, text: Sequence[str]) -> dict[str, str]:
+    """`predicate_types` of the text columns `text`, counted in one DuckDB scan."""
+    import duckdb
+    from sqlglot import exp
+
     if not text:
         return {}
     selects = []

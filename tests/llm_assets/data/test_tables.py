@@ -349,6 +349,31 @@ def test_unknown_format_option(tmp_path):
 # --- types for predicates -----------------------------------------------------------------
 
 
+def test_a_column_of_one_table_is_typed_once_and_a_new_table_afresh(monkeypatch):
+    """The type check and the filter both type a query's predicate columns: each column of
+    a loaded table is scanned once. A table built later (even at a freed table's address)
+    is typed from its own values."""
+    from llm_assets.data import sql_types
+
+    scanned = []
+    scan = sql_types._scan_types
+    monkeypatch.setattr(
+        sql_types, "_scan_types", lambda t, cols: scanned.append(list(cols)) or scan(t, cols)
+    )
+    table = pa.table({"a": ["1", "2"], "b": ["x", "y"]})
+    assert predicate_types(table, ["a"]) == {"a": "BIGINT"}
+    assert predicate_types(table, ["b", "a"]) == {"b": "VARCHAR", "a": "BIGINT"}
+    assert scanned == [["a"], ["b"]]
+    key = id(table)
+    del table  # its entry goes with it: a later table at the same address is typed afresh
+    assert key not in sql_types._TYPED
+    for k in range(20):
+        values = ["1", "2"] if k % 2 else ["x", "2"]
+        fresh = pa.table({"a": values})
+        assert predicate_types(fresh, ["a"]) == {"a": "BIGINT" if k % 2 else "VARCHAR"}
+        del fresh
+
+
 def test_predicate_types_of_typical_columns():
     table = pa.table(
         {
