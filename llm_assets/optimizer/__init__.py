@@ -13,9 +13,16 @@ from dataclasses import replace
 
 import numpy as np
 
-from llm_assets.optimizer.column_stats import column_stats_schedule
+from llm_assets.optimizer import metrics
+from llm_assets.optimizer.column_stats import column_stats_schedule, field_order
 from llm_assets.optimizer.ggr import GGRConfig, ggr_schedule
-from llm_assets.optimizer.metrics import char_hit_rate, row_strings, token_hit_rate
+from llm_assets.optimizer.metrics import (
+    CellTexts,
+    fixed_order_hit_rates,
+    row_strings,
+    schedule_hit_rate,
+    token_hit_rate,
+)
 from llm_assets.optimizer.schedule import Schedule, validate_schedule
 from llm_assets.optimizer.table import EncodedTable, TableLike, encode
 
@@ -76,6 +83,8 @@ def reorder(
     }
     if method != "ggr":
         return replace(candidates[method](), method_used=method)
+    if tokenizer is None:
+        return _best_by_char_rate(enc, candidates)
     best, best_score = None, -1.0
     for name in ("ggr", "column_stats", "original"):
         schedule = candidates[name]()
@@ -85,7 +94,26 @@ def reorder(
     return best
 
 
+def _best_by_char_rate(enc: EncodedTable, candidates: dict) -> Schedule:
+    """The candidate of best char hit rate, ties to the greedy, then column statistics.
+    The rate depends only on each row's field order, so the two fixed-order candidates are
+    scored from their field orders alone, on cells gathered once (`fixed_order_hit_rates`;
+    file order only where it differs from column statistics' order, else it ties and loses),
+    and only the winner's rows are ordered."""
+    greedy = candidates["ggr"]()
+    names, orders = ["column_stats"], [field_order(enc)]
+    if orders[0] != list(range(len(enc.fields))):
+        names.append("original")
+        orders.append(list(range(len(enc.fields))))
+    cells = CellTexts(enc) if enc.num_rows >= metrics.CELL_ROWS else None
+    best, best_score = "ggr", schedule_hit_rate(enc, greedy, cells)
+    for name, score in zip(names, fixed_order_hit_rates(enc, orders, cells), strict=True):
+        if score > best_score:
+            best, best_score = name, score
+    return replace(greedy if best == "ggr" else candidates[best](), method_used=best)
+
+
 def _hit_rate(enc: EncodedTable, schedule: Schedule, tokenizer, block_size) -> float:
-    if tokenizer is None:
-        return char_hit_rate(enc, schedule)
+    """Token hit rate of `schedule`: it depends on the row order (a row whose every block
+    an earlier row holds hits all but its last), so each candidate is scored whole."""
     return token_hit_rate(row_strings(enc, schedule, sep="\n"), tokenizer, block_size)
