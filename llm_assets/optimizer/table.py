@@ -142,14 +142,20 @@ def factorize_strings(values: np.ndarray, sort: bool = False) -> tuple[np.ndarra
     except (pa.ArrowException, UnicodeEncodeError):
         return _factorize_with_dict(values, sort)
     encoded = array.dictionary_encode()
+    del array
     codes = encoded.indices.to_numpy().astype(np.int64)
-    uniques = encoded.dictionary
+    # the dictionary is in first-occurrence order: value k first appears where the running
+    # maximum of the codes reaches k; those rows hold the caller's own str objects (shared,
+    # not copied out of Arrow)
+    seen = np.maximum.accumulate(codes) if len(codes) else codes
+    first = np.flatnonzero(np.r_[True, seen[1:] > seen[:-1]]) if len(codes) else codes
+    uniques = np.asarray(values, dtype=object)[first]
     if sort:
-        order = pc.array_sort_indices(uniques).to_numpy()
+        order = pc.array_sort_indices(encoded.dictionary).to_numpy()
         rank = np.empty_like(order)
         rank[order] = np.arange(len(order))
-        codes, uniques = rank[codes], uniques.take(order)
-    return codes, uniques.to_numpy(zero_copy_only=False).astype(object, copy=False)
+        codes, uniques = rank[codes], uniques[order]
+    return codes, uniques
 
 
 def _factorize_with_dict(values: np.ndarray, sort: bool) -> tuple[np.ndarray, np.ndarray]:
