@@ -338,9 +338,10 @@ def cell_sorted_hits(cells: CellTexts, rows: np.ndarray, positions: np.ndarray) 
     cell, those two texts' common prefix (`CellTexts.common_prefixes`). That is the string
     order and its neighbour LCPs wherever each neighbour pair's first differing texts are
     not one a prefix of the other: then each pair is in string order, so all are. Where
-    one is (or they are equal texts of two fields), the run of rows sharing the cells before
-    it is sorted and compared as strings (`neighbour_lcps`); its neighbours outside compare
-    the same with each of its rows."""
+    one is (or they are equal texts of two fields), the rows sharing the cells before it
+    whose text there starts with the shorter one are sorted and compared as strings, from
+    the first cell they do not all share (`neighbour_lcps`; `_regions`); their neighbours
+    outside compare the same with each of them."""
     enc = cells.enc
     n, m = len(rows), len(enc.fields)
     if n < 2 or not m:
@@ -373,8 +374,20 @@ def cell_sorted_hits(cells: CellTexts, rows: np.ndarray, positions: np.ndarray) 
     np.add.at(mark, lo, 1)
     np.add.at(mark, hi + 1, -1)
     rows_in = np.flatnonzero(np.cumsum(mark[:-1]) > 0)  # rows of the regions, in order
+    # A region's rows share its pairs' first `same` cells: join the rest, add those back.
+    bounds = np.empty(2 * len(lo), dtype=np.int64)
+    bounds[0::2], bounds[1::2] = lo, hi
+    same = np.minimum.reduceat(np.append(lead, m), bounds)[0::2]
+    heads = np.zeros((len(lo), m + 1), dtype=np.int64)
+    np.cumsum(cells.sizes[ids[lo]], axis=1, out=heads[:, 1:])
+    shared_pairs = int((heads[np.arange(len(lo)), same] * (hi - lo)).sum())
+    skipped = np.repeat(same, hi - lo + 1)
     picked = ids[rows_in]
-    columns = [cells.texts[picked[:, k]].tolist() for k in range(m)]
+    columns = []
+    for k in range(m):
+        column = cells.texts[picked[:, k]]
+        column[skipped > k] = ""
+        columns.append(column.tolist())
     joined = list(map("".join, zip(*columns, strict=True)))
     first_at = np.searchsorted(rows_in, lo).tolist()
     strings: list[str] = []
@@ -386,7 +399,7 @@ def cell_sorted_hits(cells: CellTexts, rows: np.ndarray, positions: np.ndarray) 
     inside = np.zeros(n - 1, dtype=bool)
     inside[rows_in[:-1][np.diff(rows_in) == 1]] = True  # pairs within one region...
     inside[hi[:-1][lo[1:] == hi[:-1] + 1]] = False  # ...not across two adjacent ones
-    return int(lcp[~inside].sum()) + int(pair_lcps[keep].sum())
+    return int(lcp[~inside].sum()) + int(pair_lcps[keep].sum()) + shared_pairs
 
 
 def _lexsort_rows(keys: np.ndarray, bound: np.ndarray) -> np.ndarray:
