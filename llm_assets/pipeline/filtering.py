@@ -178,12 +178,12 @@ def filtered_rows(
     typed = predicate_only_columns(query)
     size = {s.alias: len(tables[s.table]) for s in query.sources}
     by_size = sorted(range(len(query.sources)), key=lambda i: -size[query.sources[i].alias])
-    relation = {}
+    relation, arrows = {}, {}
     try:
         for i, source in enumerate(query.sources):
             if source.table in relation:
                 continue
-            table = as_arrow(tables[source.table])
+            table = arrows[source.table] = as_arrow(tables[source.table])
             table = table.append_column("_src_row", pa.array(np.arange(len(table), dtype=np.int64)))
             con.register(f"_raw{i}", table)
             con.execute(_typed_view(f"_t{i}", f"_raw{i}", table, typed.get(source.alias, ())))
@@ -204,20 +204,57 @@ def filtered_rows(
             check_pairs(query, con, inner, tables, max_pairs)
         skip = _skip_reason(query) if pushdown and not semantic else exp.null()
         order = [exp.column(rows[query.sources[i].alias], quoted=True) for i in by_size]
+        taken = passed_through_text(query, arrows, typed, rows)
+        star = exp.Star(except_=[exp.column(c, quoted=True) for c in taken] or None)
         sql = (
-            exp.select(exp.Star(), exp.alias_(skip, "_skip", quoted=True))
+            exp.select(star, exp.alias_(skip, "_skip", quoted=True))
             .from_(exp.paren(sqlglot.parse_one(inner, read="duckdb")).as_("_joined"))
             .order_by(*order)
         )
-        semantic_rows = () if query.semantic_joins else list(rows.values())
-        frame = fetch_frame(con, sql.sql(dialect="duckdb"), drop=semantic_rows)
+        frame = fetch_frame(con, sql.sql(dialect="duckdb"))
     finally:
         con.close()
+    for name, (column, index) in taken.items():
+        frame[name] = take_text(column, frame[index].to_numpy())
+    names = query.output_names()
+    columns = [names[c] for c in query.columns_needed()] + list(rows.values()) + ["_skip"]
+    semantic_rows = [] if query.semantic_joins else list(rows.values())
+    frame = frame[[c for c in columns if c not in semantic_rows]]
     if query.semantic_joins:  # each pair's source rows, for the no-duplicate-pair check
         frame = frame.rename(columns={v: f"{PAIR}{alias}" for alias, v in rows.items()})
     frame["_skip"] = frame["_skip"].astype(object).where(frame["_skip"].notna(), None)
     frame.insert(0, ROW, np.arange(len(frame), dtype=np.int64))
     return frame
+
+
+def passed_through_text(
+    query: LLMQuery,
+    arrows: Mapping[str, pa.Table],
+    typed: Mapping[str, Sequence[str]],
+    rows: Mapping[str, str],
+) -> dict[str, tuple[pa.ChunkedArray, str]]:
+    """Output name -> (its source's column, the output column numbering that source's rows)
+    for each text column the pre-LLM relation passes through as the file has it (not typed
+    for a predicate): `filtered_rows` takes those from the loaded table by row number, so
+    DuckDB joins, filters and sorts row numbers, never the text."""
+    table_of = {s.alias: s.table for s in query.sources}
+    out = {}
+    for qualified, name in query.output_names().items():
+        alias, column = qualified.split(".", 1)
+        arrow = arrows[table_of[alias]]
+        kind = arrow.schema.field(column).type
+        if column in typed.get(alias, ()) or not (
+            pa.types.is_string(kind) or pa.types.is_large_string(kind)
+        ):
+            continue
+        out[name] = (arrow.column(column), rows[alias])
+    return out
+
+
+def take_text(column: pa.ChunkedArray, rows: np.ndarray) -> pd.Series:
+    """`column`'s values at `rows`, as `fetch_frame` gives a text column: objects, equal
+    strings sharing one str, None for null."""
+    return column.take(pa.array(rows, pa.int64())).to_pandas(deduplicate_objects=True)
 
 
 def fetch_frame(con: duckdb.DuckDBPyConnection, sql: str, drop: Sequence[str] = ()) -> pd.DataFrame:
