@@ -224,6 +224,7 @@ def filtered_rows(
         frame = frame.rename(columns={v: f"{PAIR}{alias}" for alias, v in rows.items()})
     frame["_skip"] = frame["_skip"].astype(object).where(frame["_skip"].notna(), None)
     frame.insert(0, ROW, np.arange(len(frame), dtype=np.int64))
+    pa.default_memory_pool().release_unused()  # the taken columns' Arrow buffers, now objects
     return frame
 
 

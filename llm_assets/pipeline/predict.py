@@ -114,6 +114,7 @@ def plan_query(
     query, base, order = prepare(query, tables, options, engine)
     if release_tables:
         tables.clear()
+        pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed memory
     out = QueryPlan(base=base, filter_order=order)
     calls = list(query.llm_calls)
     if not calls:

@@ -116,3 +116,23 @@ def test_figures_that_are_not_positive_are_caught(memory):
     broken = copy.deepcopy(entry)
     broken["stages"].append({**entry["stages"][0], "stage": "retrieve"})
     assert loader.check_memory(broken) == ["unexpected stage(s) ['retrieve']"]
+
+
+@pytest.mark.parametrize(
+    ("wall", "rss", "verdicts"),
+    [(250.0, 7_000.0, ("met", "met")), (301.0, 9_000.0, ("MISSED", "MISSED"))],
+)
+def test_a_measured_10m_row_size_is_judged_against_the_target_not_extrapolated(
+    memory, wall, rss, verdicts
+):
+    big = copy.deepcopy(memory["sizes"][0])
+    big["rows"], big["cli"] = 10_000_000, {"wall_s": wall, "max_rss_mb": rss}
+    measured = {**memory, "sizes": [memory["sizes"][0], big]}
+    measured["extrapolation"] = loader.extrapolate(measured["sizes"])
+    markdown = "\n".join(loader.memory_markdown(measured))
+    assert "EXTRAPOLATED" not in markdown and "10M column" not in markdown
+    assert (
+        f"took {wall:,.0f} s (target 300 s: {verdicts[0]}) and peaked at {rss:,.0f} MB "
+        f"(target 8,192 MB: {verdicts[1]})" in markdown
+    )
+    assert "every request simulated" in markdown
