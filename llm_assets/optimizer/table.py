@@ -127,6 +127,21 @@ class EncodedTable:
     def cell(self, row: int, j: int) -> str:
         return self.uniques[j][self.codes[row, j]]
 
+    def take(self, rows: np.ndarray) -> EncodedTable:
+        """Rows `rows` of this table (the same uniques: every one must still occur, as when
+        `rows` holds one row of each distinct row)."""
+        return EncodedTable(self.fields, self.codes[rows], self.uniques, self.lengths)
+
+    def select(self, fields: Sequence[str]) -> EncodedTable:
+        """The table with its fields in the order `fields` names them (all of them)."""
+        if sorted(fields) != sorted(self.fields):
+            raise ValueError(f"select needs every field of {list(self.fields)}, got {fields}")
+        at = [self.fields.index(f) for f in fields]
+        pick = lambda items: tuple(items[j] for j in at)  # noqa: E731
+        return EncodedTable(
+            tuple(fields), self.codes[:, at], pick(self.uniques), pick(self.lengths)
+        )
+
 
 def factorize_strings(values: np.ndarray, sort: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(codes, uniques) of an object array of str, as `pd.factorize` gives them: codes in

@@ -20,17 +20,23 @@ import numpy as np
 
 from llm_assets.optimizer.dedup import dedup_rows
 from llm_assets.optimizer.passes.plan import Settings, StagePlan
+from llm_assets.optimizer.table import encode
 
 
 def dedup(plan: StagePlan, settings: Settings) -> StagePlan:
     """`plan` with `input_ids`: equal for rows whose values are equal in every field (ids in
-    order of first occurrence) when `settings.dedup`, else one per row; -1 for skipped rows."""
+    order of first occurrence) when `settings.dedup`, else one per row; -1 for skipped rows.
+    With dedup, also `enc`: the distinct inputs coded (input k in row k, `plan.fields` in
+    order), which the later passes use instead of coding the inputs again."""
     live = plan.live()
     ids = np.full(plan.n_rows, -1, dtype=np.int64)
-    if live.any():
-        if settings.dedup:
-            rows = plan.table.loc[live, list(plan.fields)].reset_index(drop=True)
-            ids[live] = dedup_rows(rows).inverse
-        else:
-            ids[live] = np.arange(int(live.sum()))
-    return replace(plan, input_ids=ids)
+    if not live.any():
+        return replace(plan, input_ids=ids)
+    if not settings.dedup:
+        ids[live] = np.arange(int(live.sum()))
+        return replace(plan, input_ids=ids)
+    rows = plan.table if live.all() else plan.table.loc[live].reset_index(drop=True)
+    coded = encode(rows, list(plan.fields))
+    found = dedup_rows(coded)
+    ids[live] = found.inverse
+    return replace(plan, input_ids=ids, enc=coded.take(found.distinct))

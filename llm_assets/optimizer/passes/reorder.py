@@ -24,9 +24,13 @@ from llm_assets.optimizer.passes.plan import Settings, StagePlan
 def reorder_inputs(plan: StagePlan, settings: Settings) -> StagePlan:
     """`plan` with `enc` (the distinct inputs, in the field order the prompt format reads
     them) and `schedule` (by `settings.method`). No input: both stay None."""
-    inputs = plan.inputs()
-    if len(inputs) == 0:
-        return plan
-    enc = encode(inputs, plan.fmt.column_order(list(plan.fields)))
+    order = plan.fmt.column_order(list(plan.fields))
+    if plan.enc is not None:  # coded by dedup
+        enc = plan.enc.select(order)
+    else:
+        inputs = plan.inputs()
+        if len(inputs) == 0:
+            return plan
+        enc = encode(inputs, order)
     schedule = reorder(enc, method=settings.method, fixed_fields=not plan.fmt.reorders_fields)
     return replace(plan, enc=enc, schedule=schedule)

@@ -1,9 +1,11 @@
+import numpy as np
 import pandas as pd
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llm_assets.optimizer.dedup import dedup_prompts, dedup_rows
-from llm_assets.optimizer.table import render_cell
+from llm_assets.optimizer.table import encode, render_cell
+from tests.llm_assets.optimizer.strategies import tables
 
 
 def test_rows_map_back_to_first_occurrences():
@@ -37,3 +39,21 @@ def test_row_dedup_matches_rendered_tuples(rows):
     assert len(result.distinct) == len(set(rendered))
     for i, k in enumerate(result.inverse):
         assert rendered[result.distinct[k]] == rendered[i]
+
+
+@settings(max_examples=200, deadline=None)
+@given(tables(max_rows=9, max_cols=3), st.booleans())
+def test_the_dedup_pass_codes_the_distinct_inputs_as_coding_them_afresh(frame, reverse):
+    """The dedup pass hands the later passes the distinct inputs coded (`enc`): the same
+    codes, uniques and lengths as coding `inputs()` from scratch, in any field order."""
+    from llm_assets.optimizer.passes import Settings, StagePlan, dedup
+    from llm_assets.optimizer.prompts import PromptFormat
+
+    fields = tuple(frame.columns)
+    plan = dedup(StagePlan(frame, fields, PromptFormat.plain("Q")), Settings(null_policy="empty"))
+    order = list(reversed(fields)) if reverse else list(fields)
+    fresh, reused = encode(plan.inputs(), order), plan.enc.select(order)
+    assert reused.fields == fresh.fields
+    assert np.array_equal(reused.codes, fresh.codes)
+    assert all(list(a) == list(b) for a, b in zip(reused.uniques, fresh.uniques, strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(reused.lengths, fresh.lengths, strict=True))
