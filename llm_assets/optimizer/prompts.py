@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from llm_assets.optimizer.schedule import Pairs, Schedule
-from llm_assets.optimizer.table import EncodedTable, TableLike, encode
+from llm_assets.optimizer.table import TRANSIENT, EncodedTable, TableLike, encode
 
 STYLES = ("named", "values", "inline")
 
@@ -214,7 +214,7 @@ def render_prompts(
     index = {f: j for j, f in enumerate(enc.fields)}
     positions = [[index[f] for f in order] for order in sched.orders]
     try:
-        columns = [pa.array(u, type=pa.large_string()) for u in enc.uniques]
+        columns = [pa.array(u, type=pa.large_string(), memory_pool=TRANSIENT) for u in enc.uniques]
     except (pa.ArrowException, UnicodeEncodeError):
         return _render_rows(enc, sched, fmt, positions)
     rows, order_ids = sched.rows, sched.order_ids
@@ -228,10 +228,12 @@ def render_prompts(
             parts = [
                 pa.scalar(p, pa.large_string())
                 if isinstance(p, str)
-                else columns[cols[p]].take(pa.array(codes[:, cols[p]]))
+                else pc.take(columns[cols[p]], codes[:, cols[p]], memory_pool=TRANSIENT)
                 for p in layout
             ]
-            joined = pc.binary_join_element_wise(*parts, pa.scalar("", pa.large_string()))
+            joined = pc.binary_join_element_wise(
+                *parts, pa.scalar("", pa.large_string()), memory_pool=TRANSIENT
+            )
             out[at] = joined.to_numpy(zero_copy_only=False)
     return out.tolist()
 

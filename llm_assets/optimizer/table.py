@@ -107,6 +107,12 @@ def rendered_column(table: TableLike, field: str) -> np.ndarray:
     return np.array([render_cell(v) for v in values], dtype=object)
 
 
+TRANSIENT = pa.system_memory_pool()
+"""The Arrow pool for buffers built and dropped within one call (a column's text to code it,
+prompts being joined): the C allocator returns large blocks to the OS when they are freed,
+where Arrow's default pool (mimalloc) keeps them, holding gigabytes at 10M rows."""
+
+
 @dataclass(frozen=True)
 class EncodedTable:
     """Integer-coded view of chosen fields. Invariant: `uniques[j][codes[i, j]]` is the
@@ -153,10 +159,10 @@ def factorize_strings(values: np.ndarray, sort: bool = False) -> tuple[np.ndarra
     and '\ud800b'), and sorts Python objects one comparison at a time. A column Arrow cannot
     hold (a lone surrogate is not UTF-8) is coded with a dict (exact, slower)."""
     try:
-        array = pa.array(values, type=pa.large_string(), from_pandas=False)
+        array = pa.array(values, type=pa.large_string(), from_pandas=False, memory_pool=TRANSIENT)
     except (pa.ArrowException, UnicodeEncodeError):
         return _factorize_with_dict(values, sort)
-    encoded = array.dictionary_encode()
+    encoded = pc.dictionary_encode(array, memory_pool=TRANSIENT)
     del array
     codes = encoded.indices.to_numpy().astype(np.int64)
     # the dictionary is in first-occurrence order: value k first appears where the running
@@ -166,7 +172,7 @@ def factorize_strings(values: np.ndarray, sort: bool = False) -> tuple[np.ndarra
     first = np.flatnonzero(np.r_[True, seen[1:] > seen[:-1]]) if len(codes) else codes
     uniques = np.asarray(values, dtype=object)[first]
     if sort:
-        order = pc.array_sort_indices(encoded.dictionary).to_numpy()
+        order = pc.array_sort_indices(encoded.dictionary, memory_pool=TRANSIENT).to_numpy()
         rank = np.empty_like(order)
         rank[order] = np.arange(len(order))
         codes, uniques = rank[codes], uniques[order]

@@ -10,9 +10,11 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
+from llm_assets.optimizer.table import TRANSIENT
 from llm_assets.pipeline.rows import ROW
 from llm_assets.query import LLMQuery
 from llm_assets.query_sql import post_llm_predicates, pre_llm_sql
@@ -224,7 +226,7 @@ def filtered_rows(
         frame = frame.rename(columns={v: f"{PAIR}{alias}" for alias, v in rows.items()})
     frame["_skip"] = frame["_skip"].astype(object).where(frame["_skip"].notna(), None)
     frame.insert(0, ROW, np.arange(len(frame), dtype=np.int64))
-    pa.default_memory_pool().release_unused()  # the taken columns' Arrow buffers, now objects
+    pa.default_memory_pool().release_unused()  # what converting to pandas left in Arrow's pool
     return frame
 
 
@@ -255,7 +257,8 @@ def passed_through_text(
 def take_text(column: pa.ChunkedArray, rows: np.ndarray) -> pd.Series:
     """`column`'s values at `rows`, as `fetch_frame` gives a text column: objects, equal
     strings sharing one str, None for null."""
-    return column.take(pa.array(rows, pa.int64())).to_pandas(deduplicate_objects=True)
+    taken = pc.take(column, pa.array(rows, pa.int64()), memory_pool=TRANSIENT)
+    return taken.to_pandas(deduplicate_objects=True)
 
 
 def fetch_frame(con: duckdb.DuckDBPyConnection, sql: str, drop: Sequence[str] = ()) -> pd.DataFrame:

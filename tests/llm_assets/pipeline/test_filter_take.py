@@ -39,7 +39,7 @@ def tables(draw, n):
             "id": pa.array(range(n), pa.int64()),
             "n": pa.array([float(k) / 2 for k in range(n)]),
             "rating": pa.array(ratings, pa.string()),
-            "tag": pa.array([f"t{t}" for t in texts(n)], pa.string()),  # text, never typed
+            "tag": pa.array([f"tag:{t}" for t in texts(n)], pa.string()),  # never typed
             "review": pa.array(texts(n), pa.large_string()),
             "title": pa.array(
                 draw(st.lists(st.sampled_from(["t1", "t2", "t3"]), min_size=n, max_size=n)),
