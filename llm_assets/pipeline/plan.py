@@ -37,7 +37,9 @@ def placeholder_columns(query: LLMQuery, call: LLMCall, frame: pd.DataFrame) -> 
 
 
 def _deduped_frame(rows: pd.DataFrame, stage: StagePlan) -> pd.DataFrame:
-    out = rows.copy()
+    """`rows` with `_skip` and `_input_id` added: a new frame over the same column arrays
+    (nothing here or downstream writes into `rows`; a copy held ~0.5 GB more at 10M rows)."""
+    out = rows.copy(deep=False)
     out["_skip"] = pd.Series(stage.skipped(), index=out.index, dtype=object)
     out[INPUT] = stage.ids()
     return out
