@@ -11,10 +11,7 @@ def test_the_net_is_timed_apart_from_the_greedy_and_judged_against_the_target():
     assert optimizer.ggr_schedule is original
     assert row["rows"] == 600 and row["fields"] == 10
     assert row["greedy_cpu_s"] > 0 and row["safety_net_cpu_s"] > 0
-    assert (
-        row["ratio"] == round(row["safety_net_cpu_s"] / row["greedy_cpu_s"], 4)
-        or abs(row["ratio"] - row["safety_net_cpu_s"] / row["greedy_cpu_s"]) < 0.01
-    )
+    assert abs(row["ratio"] - row["safety_net_cpu_s"] / row["greedy_cpu_s"]) < 0.01
     assert row["kept"] in ("ggr", "column_stats", "original")
     slow, fast = dict(row, ratio=0.25), dict(row, ratio=0.2)
     text = safety_net.markdown({"repeat": 2, "tables": [slow, fast]})
