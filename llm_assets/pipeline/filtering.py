@@ -216,12 +216,16 @@ def filtered_rows(
         frame = fetch_frame(con, sql.sql(dialect="duckdb"))
     finally:
         con.close()
+    parts = {c: frame[c] for c in frame.columns}
     for name, (column, index) in taken.items():
-        frame[name] = take_text(column, frame[index].to_numpy())
+        parts[name] = pd.Series(take_text(column, frame[index].to_numpy()), copy=False)
+    del frame
     names = query.output_names()
     columns = [names[c] for c in query.columns_needed()] + list(rows.values()) + ["_skip"]
     semantic_rows = [] if query.semantic_joins else list(rows.values())
-    frame = frame[[c for c in columns if c not in semantic_rows]]
+    keep = [c for c in columns if c not in semantic_rows]
+    frame = pd.DataFrame({c: parts.pop(c) for c in keep}, copy=False)  # no column copied
+    del parts
     if query.semantic_joins:  # each pair's source rows, for the no-duplicate-pair check
         frame = frame.rename(columns={v: f"{PAIR}{alias}" for alias, v in rows.items()})
     frame["_skip"] = frame["_skip"].astype(object).where(frame["_skip"].notna(), None)
@@ -254,11 +258,34 @@ def passed_through_text(
     return out
 
 
-def take_text(column: pa.ChunkedArray, rows: np.ndarray) -> pd.Series:
-    """`column`'s values at `rows`, as `fetch_frame` gives a text column: objects, equal
-    strings sharing one str, None for null."""
-    taken = pc.take(column, pa.array(rows, pa.int64()), memory_pool=TRANSIENT)
-    return taken.to_pandas(deduplicate_objects=True)
+def take_text(column: pa.ChunkedArray, rows: np.ndarray) -> np.ndarray:
+    """`column`'s values at `rows`, as `fetch_frame` gives a text column (`text_objects`)."""
+    return text_objects(pc.take(column, pa.array(rows, pa.int64()), memory_pool=TRANSIENT))
+
+
+SAMPLE = 4096
+"""Values `text_objects` samples to tell a column of repeated values from a distinct one."""
+
+
+def text_objects(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A text column as pandas holds text: an object array of str, None for null. When a
+    sample spread over the column repeats values, equal values share one str (coded by
+    Arrow's dictionary: a 30-value column of 10M rows is 30 strings); otherwise each value
+    is its own str. Arrow's `to_pandas` makes the same array in ~3x the memory and ~7x the
+    time for short strings (8M ids: +1.8 GB, 4 s; here +0.55 GB, 0.6 s)."""
+    n = len(column)
+    if n == 0:
+        return np.empty(0, dtype=object)
+    picks = np.unique(np.linspace(0, n - 1, min(n, SAMPLE)).astype(np.int64))
+    sample = column.take(pa.array(picks)).to_pylist()
+    if len(set(sample)) > len(sample) // 2:  # mostly distinct: one str per value
+        return column.to_numpy(zero_copy_only=False)
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks(memory_pool=TRANSIENT)
+    coded = pc.dictionary_encode(column, memory_pool=TRANSIENT)
+    values = np.empty(len(coded.dictionary) + 1, dtype=object)  # the last one: null
+    values[:-1] = coded.dictionary.to_pylist()
+    return values[coded.indices.fill_null(-1).to_numpy(zero_copy_only=False)]
 
 
 def fetch_frame(con: duckdb.DuckDBPyConnection, sql: str, drop: Sequence[str] = ()) -> pd.DataFrame:
@@ -289,9 +316,9 @@ def fetch_frame(con: duckdb.DuckDBPyConnection, sql: str, drop: Sequence[str] = 
         if text:
             arrow = con.sql(select(text)).to_arrow_table()
             for c in text:
-                parts[c] = arrow.column(c).to_pandas(deduplicate_objects=True)
+                parts[c] = pd.Series(text_objects(arrow.column(c)), copy=False)
             del arrow
-        return pd.DataFrame({c: parts[c] for c in keep}) if keep else pd.DataFrame()
+        return pd.DataFrame({c: parts[c] for c in keep}, copy=False) if keep else pd.DataFrame()
     finally:
         con.execute("DROP TABLE IF EXISTS _result")
 

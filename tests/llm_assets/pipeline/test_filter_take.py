@@ -71,3 +71,21 @@ def _args(query, sources):
     rows = {s.alias: f"_src_{i}" for i, s in enumerate(query.sources)}
     arrows = {s.table: sources[s.table] for s in query.sources}
     return query, arrows, filtering.predicate_only_columns(query), rows
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(TEXT, max_size=40), st.integers(1, 3), st.integers(1, 30))
+def test_text_objects_are_the_values_with_repeats_sharing_one_str(values, chunks, repeat):
+    """`text_objects` gives each value as the str it is (None for null), whether the column
+    is mostly distinct (one str per value) or repeats values (one str per distinct value)."""
+    values = values * repeat
+    k = max(1, len(values) // chunks)
+    pieces = [values[i : i + k] for i in range(0, len(values), k)] or [[]]
+    column = pa.chunked_array([pa.array(p, pa.string()) for p in pieces], pa.string())
+    got = filtering.text_objects(column)
+    assert got.dtype == object and got.tolist() == values
+    assert all(type(v) is str for v in got if v is not None)
+    if repeat > 2 and len(set(values)) < len(values) // 2:  # the dictionary path
+        first = {}
+        assert all(first.setdefault(v, v) is v for v in got if v is not None)
+    assert filtering.text_objects(pa.array(values, pa.large_string())).tolist() == values
