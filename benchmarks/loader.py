@@ -646,17 +646,13 @@ def memory_markdown(memory: dict) -> list[str]:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     total = f"**{_fit(fit['stage_seconds_total'])} / {_fit(fit['stage_peak_mb'])}**"
     real = f"**{_fit(fit['cli_wall_s'])} / {_fit(fit['cli_max_rss_mb'])}**"
+    totals = [f"**{s['seconds_total']:.1f} / {s['peak_mb']:,.0f}**" for s in sizes]
+    reals = [f"**{s['cli']['wall_s']:.1f} / {s['cli']['max_rss_mb']:,.0f}**" for s in sizes]
     lines += [
-        "| **all stages (peak = max)** | "
-        + " | ".join(f"**{s['seconds_total']:.1f} / {s['peak_mb']:,.0f}**" for s in sizes)
-        + " | "
-        + " | ".join(extra(total))
-        + ("" if measured else " |"),
+        "| **all stages (peak = max)** | " + " | ".join(totals + extra(total)) + " |",
         "| **real command (`wait4`): wall s / max RSS MB** | "
-        + " | ".join(f"**{s['cli']['wall_s']:.1f} / {s['cli']['max_rss_mb']:,.0f}**" for s in sizes)
-        + " | "
-        + " | ".join(extra(real))
-        + ("" if measured else " |"),
+        + " | ".join(reals + extra(real))
+        + " |",
         "",
         "| rows | file MB | rows to the LLM | requests (distinct) | prompt tokens | engine "
         "figures from | token counting s (in plan) | RSS after imports MB | load average "
@@ -724,8 +720,16 @@ def main() -> None:
         report["memory"] = memory_report(memory_rows)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n")
+    text = report_markdown(report)
+    args.json.with_suffix(".md").write_text(text)
+    print(text, end="")
+
+
+def report_markdown(report: dict) -> str:
+    """The markdown of a `main` report (loader speed, then the memory section if any)."""
+    results = report["results"]
     lines = [
-        f"# Loader speed: {args.rows:,} rows x 8 text columns (median of {args.repeats})",
+        f"# Loader speed: {report['rows']:,} rows x 8 text columns (median of {report['repeats']})",
         "",
         "| file | MB | median s |",
         "|---|---|---|",
@@ -736,10 +740,9 @@ def main() -> None:
         "",
         "`python -m benchmarks.loader`; pandas is the reference, not a path of the project.",
     ]
-    if memory_rows:
+    if "memory" in report:
         lines += ["", *memory_markdown(report["memory"])]
-    args.json.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
