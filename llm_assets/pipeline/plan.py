@@ -57,13 +57,21 @@ def _request_plan_frame(stage: StagePlan, relquery: str) -> pd.DataFrame:
         {
             "position": np.arange(len(schedule), dtype=np.int64),
             INPUT: ids,
-            "request_id": [f"{relquery}:{i}" for i in ids.tolist()],
-            "prompt": list(stage.prompts),
+            "request_id": _objects([f"{relquery}:{i}" for i in ids.tolist()]),
+            "prompt": _objects(stage.prompts),
             "field_order": orders[schedule.order_ids],  # a few distinct strings, shared
-            "truncated": list(stage.truncated),
-            "error": list(stage.errors),
-        }
+            "truncated": np.fromiter(stage.truncated, bool, len(stage.truncated)),
+            "error": _objects(stage.errors),
+        },
+        copy=False,  # the columns as built: no list copies, no block of them all (GBs at 10M)
     )
+
+
+def _objects(values) -> np.ndarray:
+    """`values` as a one-dimensional object array (each element as it is)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
 
 
 _AFTER_DEDUP = RULES.index(dedup) + 1
