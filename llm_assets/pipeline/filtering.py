@@ -291,9 +291,10 @@ def text_objects(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
 def fetch_frame(con: duckdb.DuckDBPyConnection, sql: str, drop: Sequence[str] = ()) -> pd.DataFrame:
     """The rows of `sql` less its `drop` columns, exactly as `.df()` gives them (columns,
     order, dtypes, values), in less memory: the result is materialised once in DuckDB, its
-    text columns reach pandas through Arrow with equal strings sharing one Python object
-    (`.df()` makes one per cell: a 12-value column of 10M rows is 10M strings) and the other
-    columns through `.df()`, so non-text types convert as DuckDB converts them."""
+    text columns reach pandas through Arrow (`text_objects`: a column of repeated values
+    shares one str per value, where `.df()` makes one per cell: a 12-value column of 10M rows
+    is 10M strings) and the other columns through `.df()`, so non-text types convert as
+    DuckDB converts them."""
     con.execute(f"CREATE TEMP TABLE _result AS {sql}")
     try:
         relation = con.table("_result")
