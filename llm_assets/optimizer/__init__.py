@@ -13,16 +13,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from llm_assets.optimizer import metrics
+from llm_assets.optimizer import cell_hits
+from llm_assets.optimizer.cell_hits import CellTexts, fixed_order_hit_rates, schedule_hit_rate
 from llm_assets.optimizer.column_stats import column_stats_schedule, field_order
 from llm_assets.optimizer.ggr import GGRConfig, ggr_schedule
-from llm_assets.optimizer.metrics import (
-    CellTexts,
-    fixed_order_hit_rates,
-    row_strings,
-    schedule_hit_rate,
-    token_hit_rate,
-)
+from llm_assets.optimizer.metrics import row_strings, token_hit_rate
 from llm_assets.optimizer.schedule import Schedule, validate_schedule
 from llm_assets.optimizer.table import EncodedTable, TableLike, encode
 
@@ -105,7 +100,7 @@ def _best_by_char_rate(enc: EncodedTable, candidates: dict) -> Schedule:
     if orders[0] != list(range(len(enc.fields))):
         names.append("original")
         orders.append(list(range(len(enc.fields))))
-    cells = CellTexts(enc) if enc.num_rows >= metrics.CELL_ROWS else None
+    cells = CellTexts(enc) if enc.num_rows >= cell_hits.CELL_ROWS else None
     best, best_score = "ggr", schedule_hit_rate(enc, greedy, cells)
     for name, score in zip(names, fixed_order_hit_rates(enc, orders, cells), strict=True):
         if score > best_score:

@@ -1,4 +1,4 @@
-"""The safety net's scoring (`metrics.cell_sorted_hits` behind `schedule_hit_rate` and
+"""The safety net's scoring (`cell_hits.cell_sorted_hits` behind `schedule_hit_rate` and
 `fixed_order_hit_rates`) equals the string computation it replaces: `sorted_hits` of the
 joined row strings (`char_hit_rate`), and a brute-force character trie, to the last bit."""
 
@@ -10,18 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm_assets.optimizer import encode, metrics, reorder
-from llm_assets.optimizer.column_stats import column_stats_schedule
-from llm_assets.optimizer.ggr import ggr_schedule
-from llm_assets.optimizer.metrics import (
+from llm_assets.optimizer import cell_hits, encode, reorder
+from llm_assets.optimizer.cell_hits import (
     CellTexts,
     cell_sorted_hits,
-    char_hit_rate,
     fixed_order_hit_rates,
-    row_strings,
     schedule_hit_rate,
-    sorted_hits,
 )
+from llm_assets.optimizer.column_stats import column_stats_schedule
+from llm_assets.optimizer.ggr import ggr_schedule
+from llm_assets.optimizer.metrics import char_hit_rate, row_strings, sorted_hits
 from llm_assets.optimizer.schedule import Schedule
 
 # Values that are prefixes of one another (within a field and across fields), empty,
@@ -97,7 +95,7 @@ def test_schedule_hit_rate_equals_string_computation(frame, data):
     positions = np.asarray(orders, dtype=np.int64)[schedule.order_ids]
     assert cell_sorted_hits(cells, schedule.rows, positions) == sorted_hits(strings)
     assert sorted_hits(strings) == brute_force_hits(strings)
-    with mock.patch.object(metrics, "CELL_ROWS", 0):  # cells, not strings, at any size
+    with mock.patch.object(cell_hits, "CELL_ROWS", 0):  # cells, not strings, at any size
         assert schedule_hit_rate(enc, schedule, cells) == char_hit_rate(enc, schedule)
 
 
@@ -112,7 +110,7 @@ def test_fixed_order_hit_rates_equal_string_computation(frame, data):
         for o in orders
     ]
     assert fixed_order_hit_rates(enc, orders) == expected  # joined strings, few rows
-    with mock.patch.object(metrics, "CELL_ROWS", 0):
+    with mock.patch.object(cell_hits, "CELL_ROWS", 0):
         assert fixed_order_hit_rates(enc, orders) == expected
 
 
@@ -132,7 +130,7 @@ def test_safety_net_picks_as_the_string_scores_do(frame):
         score = char_hit_rate(enc, schedule)
         if score > best_score:
             best, best_score = name, score
-    with mock.patch.object(metrics, "CELL_ROWS", 0):
+    with mock.patch.object(cell_hits, "CELL_ROWS", 0):
         chosen = reorder(enc)
     assert chosen.method_used == best
     assert chosen.rows.tolist() == candidates[best].rows.tolist()
@@ -151,16 +149,16 @@ def test_prefix_values_reorder_the_strings(columns):
     enc = encode(pd.DataFrame(columns))
     for order in ([0, 1], [1, 0]):
         schedule = Schedule.fixed(np.arange(enc.num_rows), [enc.fields[j] for j in order])
-        with mock.patch.object(metrics, "CELL_ROWS", 0):
+        with mock.patch.object(cell_hits, "CELL_ROWS", 0):
             assert fixed_order_hit_rates(enc, [order]) == [char_hit_rate(enc, schedule)]
 
 
-@pytest.mark.parametrize("cell_rows", [0, metrics.CELL_ROWS])
+@pytest.mark.parametrize("cell_rows", [0, cell_hits.CELL_ROWS])
 def test_file_order_wins_where_it_shares_most(cell_rows):
     """File order f0 f1 f2 shares "m/a" twice over; the greedy and column statistics lead
     with f1, whose "2" "2" shares less."""
     frame = pd.DataFrame({"f0": ["", "b", "m/a"], "f1": ["m/a", "2", "2"], "f2": ["a", "2", "ba"]})
-    with mock.patch.object(metrics, "CELL_ROWS", cell_rows):
+    with mock.patch.object(cell_hits, "CELL_ROWS", cell_rows):
         chosen = reorder(frame)
     assert chosen.method_used == "original"
     assert chosen.rows.tolist() == [0, 1, 2] and chosen.orders == (("f0", "f1", "f2"),)
