@@ -123,3 +123,11 @@ def test_nested_cells_render_as_the_same_json_from_arrow_and_pandas(values):
 def test_a_struct_cell_is_compact_json_with_text_as_written():
     table = pa.table({"s": pa.array([{"x": 1.5, "y": "é {b}"}])})
     assert render_cell(table.column("s").to_pylist()[0]) == '{"x":1.5,"y":"é {b}"}'
+
+
+def test_select_reorders_every_field_and_refuses_a_subset():
+    enc = encode(pd.DataFrame({"a": ["x", "y"], "b": ["1", "1"]}))
+    swapped = enc.select(["b", "a"])
+    assert swapped.fields == ("b", "a") and swapped.cell(1, 1) == "y" == enc.cell(1, 0)
+    with pytest.raises(ValueError, match=r"select needs every field of \['a', 'b'\]"):
+        enc.select(["a"])
