@@ -44,10 +44,7 @@ def fixed_order_hit_rates(
         return rates
     cells = cells or CellTexts(enc)
     rows = np.arange(enc.num_rows, dtype=np.int64)
-    total_per_row = sum(
-        cells.sizes[cells.offsets[j] + enc.codes[:, j]] for j in range(len(enc.fields))
-    )
-    total = int(np.sum(total_per_row))
+    total = int(cells.row_chars().sum())
     rates = []
     for order in orders:
         hits = cell_sorted_hits(cells, rows, np.asarray(order, dtype=np.int64))
@@ -66,9 +63,7 @@ def schedule_hit_rate(
     if not enc.fields or not len(schedule):
         return 0.0
     positions = np.stack(_field_positions(enc, schedule))[schedule.order_ids]
-    total = int(
-        cells.sizes[cells.offsets[positions] + enc.codes[schedule.rows[:, None], positions]].sum()
-    )
+    total = int(cells.row_chars()[schedule.rows].sum())
     return cell_sorted_hits(cells, schedule.rows, positions) / total if total else 0.0
 
 
@@ -97,6 +92,15 @@ class CellTexts:
         self.enc = enc
         self._ranks: np.ndarray | None = None
         self._sorted: np.ndarray | None = None
+        self._row_chars: np.ndarray | None = None
+
+    def row_chars(self) -> np.ndarray:
+        """Each table row's characters, all fields (in any order)."""
+        if self._row_chars is None:
+            self._row_chars = np.zeros(self.enc.num_rows, dtype=np.int64)
+            for j in range(len(self.enc.fields)):
+                self._row_chars += self.sizes[self.offsets[j] + self.enc.codes[:, j]]
+        return self._row_chars
 
     def ranks(self) -> np.ndarray:
         """Each cell's rank among all cells' texts in string order (ties broken by id)."""
@@ -106,18 +110,19 @@ class CellTexts:
             self._ranks[order] = np.arange(len(order))
         return self._ranks
 
-    def ranks_bound(self, positions: np.ndarray) -> np.ndarray:
-        """Per cell position, a bound on its keys: the field's distinct values (one order,
-        keys are codes) or all cells (keys are `ranks`)."""
-        if positions.ndim == 1:
-            return np.asarray([len(self.enc.uniques[j]) for j in positions.tolist()])
-        return np.full(positions.shape[1], len(self.texts))
+    def ranks_bound(self, fields: np.ndarray | None, m: int) -> np.ndarray:
+        """Per cell position (of `m`), a bound on its keys: its field's distinct values
+        (`fields`: the one field order, keys are codes) or all cells (None: keys are
+        `ranks`)."""
+        if fields is not None:
+            return np.asarray([len(self.enc.uniques[j]) for j in fields.tolist()])
+        return np.full(m, len(self.texts))
 
-    def sorted_texts(self, positions: np.ndarray, j: int) -> np.ndarray:
+    def sorted_texts(self, fields: np.ndarray | None, j: int) -> np.ndarray:
         """The texts that keys at cell position j rank, in key order: its field's values
-        (one order for all rows: `positions` 1-D, keys are codes) or all cells (`ranks`)."""
-        if positions.ndim == 1:
-            return self.enc.uniques[int(positions[j])]
+        (`fields`: the one field order, keys are codes) or all cells (None: `ranks`)."""
+        if fields is not None:
+            return self.enc.uniques[int(fields[j])]
         if self._sorted is None:
             self._sorted = np.empty(len(self.texts), dtype=object)
             self._sorted[self.ranks()] = self.texts
@@ -155,11 +160,14 @@ class CellTexts:
 def cell_sorted_hits(cells: CellTexts, rows: np.ndarray, positions: np.ndarray) -> int:
     """`sorted_hits` of the strings joining the cells of table rows `rows[k]` in the field
     order `positions[k]` (field indices; one order for all rows if 1-D), mostly without
-    building them. The rows are sorted by their cells (each cell's text rank in string
-    order); neighbours share their equal leading cells whole and, at the first differing
-    cell, those two texts' common prefix (`CellTexts.common_prefixes`). That is the string
-    order and its neighbour LCPs wherever each neighbour pair's first differing texts are
-    not one a prefix of the other: then each pair is in string order, so all are. Where
+    building them. Empty cells add nothing to a string: a row with one before a cell that
+    is not empty has its cells moved (stably) so that they end it. The rows are sorted by
+    their cells (each cell's text rank in string order); neighbours share their equal
+    leading cells whole and, at the first differing cell, those two texts' common prefix
+    (`CellTexts.common_prefixes`). That is the string order and its neighbour LCPs wherever
+    each neighbour pair's first differing texts are not one a prefix of the other, or the
+    shorter is empty (its row's text ends there): then each pair is in string order, so all
+    are. Where
     one is (or they are equal texts of two fields), the rows sharing the cells before it
     whose text there starts with the shorter one are sorted and compared as strings, from
     the first cell they do not all share (`neighbour_lcps`; `_regions`); their neighbours
@@ -168,13 +176,20 @@ def cell_sorted_hits(cells: CellTexts, rows: np.ndarray, positions: np.ndarray) 
     n, m = len(rows), len(enc.fields)
     if n < 2 or not m:
         return 0
-    if positions.ndim == 1:  # one order: a field's codes are its texts' ranks
-        keys = enc.codes[rows][:, positions]
-        ids = cells.offsets[positions] + keys
-    else:
-        ids = cells.offsets[positions] + enc.codes[rows[:, None], positions]
-        keys = cells.ranks()[ids]
-    order = _lexsort_rows(keys, cells.ranks_bound(positions))
+    ids = cells.offsets[positions] + enc.codes[rows[:, None], positions]
+    # one order for all rows: a field's codes are its texts' ranks
+    fields = positions if positions.ndim == 1 else None
+    # An empty cell adds nothing to a row's text: where one comes before a cell that is
+    # not empty, the row's cells move (stably) so that its empty cells end it.
+    empty = cells.sizes[ids] == 0
+    move = np.flatnonzero((empty[:, :-1] & ~empty[:, 1:]).any(axis=1))
+    if len(move):
+        taken = np.argsort(empty[move], axis=1, kind="stable")
+        ids[move] = np.take_along_axis(ids[move], taken, axis=1)
+        fields = None  # a position holds cells of several fields
+    del empty, move
+    keys = cells.ranks()[ids] if fields is None else ids - cells.offsets[fields]
+    order = _lexsort_rows(keys, cells.ranks_bound(fields, m))
     ids = ids[order]
     equal = ids[1:] == ids[:-1]
     lead = np.where(equal.all(axis=1), m, equal.argmin(axis=1))  # first differing cell
@@ -188,10 +203,11 @@ def cell_sorted_hits(cells: CellTexts, rows: np.ndarray, positions: np.ndarray) 
     first, second = ids[differ, at], ids[differ + 1, at]
     common = cells.common_prefixes(first, second)
     lcp[differ] += common
-    loose = common == np.minimum(cells.sizes[first], cells.sizes[second])
+    shorter = np.minimum(cells.sizes[first], cells.sizes[second])
+    loose = (common == shorter) & (shorter > 0)  # an empty cell there ends its row's text
     if not loose.any():
         return int(lcp.sum())
-    lo, hi = _regions(lead, differ[loose], keys[order], lambda j: cells.sorted_texts(positions, j))
+    lo, hi = _regions(lead, differ[loose], keys[order], lambda j: cells.sorted_texts(fields, j))
     mark = np.zeros(n + 1, dtype=np.int64)
     np.add.at(mark, lo, 1)
     np.add.at(mark, hi + 1, -1)
