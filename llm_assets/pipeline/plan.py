@@ -139,9 +139,10 @@ def run_plan(
 
 
 def first_prompt(plan: pd.DataFrame) -> str | None:
-    """The first prompt `plan` sends (None when it sends none), exactly as sent."""
-    sendable = plan[plan["error"].isna()] if "error" in plan else plan
-    return None if sendable.empty else str(sendable["prompt"].iloc[0])
+    """The first prompt `plan` sends (None when it sends none), exactly as sent. Found by
+    position: a copy of the sendable rows held ~750 MB more at 10M rows."""
+    sendable = plan["error"].isna().to_numpy() if "error" in plan else np.ones(len(plan), bool)
+    return str(plan["prompt"].iat[int(sendable.argmax())]) if sendable.any() else None
 
 
 def context_limit(engine: LLMEngine, options: QueryOptions, max_tokens: int):

@@ -5,7 +5,7 @@ import pandas as pd
 
 from llm_assets.benchmark_queries import compile_query
 from llm_assets.optimizer.prompts import TRUNCATION_MARKER, PromptFormat, fit_row
-from llm_assets.pipeline.plan import run_dedup, run_plan
+from llm_assets.pipeline.plan import first_prompt, run_dedup, run_plan
 from llm_assets.pipeline.rows import ROW
 from llm_assets.pipeline.send import outputs_frame, requests_from_plan
 
@@ -63,6 +63,17 @@ def test_fail_policy_marks_the_row_and_never_sends_it():
     outputs = outputs_frame(plan, [], CALL)
     assert outputs["error"].notna().all()  # the unsent one keeps its planning error
     assert outputs["error"].str.contains("context window").sum() == 1
+
+
+def test_the_first_prompt_shown_is_the_first_one_sent():
+    """`plan`'s first_prompt skips rows that fail planning, wherever they are."""
+    plan = planned("fail")
+    assert first_prompt(plan) == requests_from_plan(plan, CALL)[0].prompt
+    frame = pd.DataFrame({"prompt": ["too long", "b", "c"], "error": ["over", None, None]})
+    assert first_prompt(frame) == "b"
+    assert first_prompt(frame.assign(error="over")) is None
+    assert first_prompt(frame.drop(columns="error")) == "too long"
+    assert first_prompt(frame.iloc[:0]) is None
 
 
 def test_truncate_policy_sends_a_marked_prompt_that_fits():
