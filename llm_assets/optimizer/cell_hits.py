@@ -8,6 +8,7 @@ differ; rows under a value that is a prefix of another are joined and compared a
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -71,7 +72,7 @@ class CellTexts:
     """The distinct cells of `enc` (value `offsets[j] + code` of field j) as one buffer of
     characters, for `cell_sorted_hits`: their texts, lengths, and the buffer read as
     overlapping 64-bit words (one starting at each character: 8 ASCII characters, or 2
-    UTF-32 code points), with 8 zero bytes after the last."""
+    UTF-32 code points), with 8 NUL characters after the last."""
 
     def __init__(self, enc: EncodedTable):
         self.offsets = np.cumsum([0] + [len(u) for u in enc.uniques]).astype(np.int64)
@@ -79,14 +80,14 @@ class CellTexts:
         self.sizes = np.fromiter(map(len, self.texts), dtype=np.int64, count=len(self.texts))
         self.starts = np.concatenate(([0], np.cumsum(self.sizes)[:-1])).astype(np.int64)
         self.sizes32 = self.sizes.astype(np.int32)  # for rows x fields arrays
-        text = "".join(self.texts)
+        text = "".join(itertools.chain(self.texts, ["\0" * 8]))  # no copy to pad it
         if text.isascii():
             raw, unit = text.encode("ascii"), 1
         else:
             raw, unit = text.encode("utf-32-le", "surrogatepass"), 4
-        raw += bytes(8)
+        del text
         self.per_word = 8 // unit
-        count = (len(raw) - 8) // unit + 1
+        count = len(raw) // unit - 7  # a word at each character and just past the last
         self.words = np.ndarray((count,), dtype="<u8", buffer=raw, strides=(unit,))
         self.unit = unit
         self.enc = enc

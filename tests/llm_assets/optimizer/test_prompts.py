@@ -66,8 +66,11 @@ def test_prompts_joined_in_arrow_read_as_each_row_rendered_alone(data):
 
     n_rows, n_cols = data.draw(st.integers(1, 8)), data.draw(st.integers(1, 3))
     cols = [f"c{j}" for j in range(n_cols)]
-    frame = pd.DataFrame({c: data.draw(st.lists(TEXT, min_size=n_rows, max_size=n_rows))
-                          for c in cols}, dtype=object)  # fmt: skip
+    # a column of one or two values repeated (Arrow takes them from its few values) or any
+    pools = [st.lists(TEXT, min_size=1, max_size=2).map(st.sampled_from) for _ in cols]
+    values = [data.draw(st.one_of(st.just(TEXT), pool)) for pool in pools]
+    frame = pd.DataFrame({c: data.draw(st.lists(v, min_size=n_rows, max_size=n_rows))
+                          for c, v in zip(cols, values, strict=True)}, dtype=object)  # fmt: skip
     style = data.draw(st.sampled_from(["named", "values", "inline"]))
     template = parse("Q " + " and ".join(f"{{{c}}}" for c in cols) + "?", cols)
     fmt = PromptFormat(template, style, data.draw(st.sampled_from(["", "sys"])))
