@@ -63,7 +63,10 @@ def schedule_hit_rate(
     cells = cells or CellTexts(enc)
     if not enc.fields or not len(schedule):
         return 0.0
-    positions = np.stack(_field_positions(enc, schedule))[schedule.order_ids]
+    positions = np.stack(_field_positions(enc, schedule))
+    used = np.unique(schedule.order_ids)
+    # rows of one field order keep the cheaper path of one order (keys are codes)
+    positions = positions[used[0]] if len(used) == 1 else positions[schedule.order_ids]
     total = int(cells.row_chars()[schedule.rows].sum())
     return cell_sorted_hits(cells, schedule.rows, positions) / total if total else 0.0
 
@@ -80,6 +83,7 @@ class CellTexts:
         self.sizes = np.fromiter(map(len, self.texts), dtype=np.int64, count=len(self.texts))
         self.starts = np.concatenate(([0], np.cumsum(self.sizes)[:-1])).astype(np.int64)
         self.sizes32 = self.sizes.astype(np.int32)  # for rows x fields arrays
+        self.has_empty = bool((self.sizes == 0).any())
         text = "".join(itertools.chain(self.texts, ["\0" * 8]))  # no copy to pad it
         if text.isascii():
             raw, unit = text.encode("ascii"), 1
@@ -177,19 +181,22 @@ def cell_sorted_hits(cells: CellTexts, rows: np.ndarray, positions: np.ndarray) 
     n, m = len(rows), len(enc.fields)
     if n < 2 or not m:
         return 0
-    ids = cells.offsets[positions] + enc.codes[rows[:, None], positions]
+    keys = enc.codes[rows[:, None], positions]
+    ids = cells.offsets[positions] + keys
     # one order for all rows: a field's codes are its texts' ranks
     fields = positions if positions.ndim == 1 else None
-    # An empty cell adds nothing to a row's text: where one comes before a cell that is
-    # not empty, the row's cells move (stably) so that its empty cells end it.
-    empty = cells.sizes[ids] == 0
-    move = np.flatnonzero((empty[:, :-1] & ~empty[:, 1:]).any(axis=1))
-    if len(move):
-        taken = np.argsort(empty[move], axis=1, kind="stable")
-        ids[move] = np.take_along_axis(ids[move], taken, axis=1)
-        fields = None  # a position holds cells of several fields
-    del empty, move
-    keys = cells.ranks()[ids] if fields is None else ids - cells.offsets[fields]
+    if cells.has_empty:
+        # An empty cell adds nothing to a row's text: where one comes before a cell that
+        # is not empty, the row's cells move (stably) so that its empty cells end it.
+        empty = cells.sizes[ids] == 0
+        move = np.flatnonzero((empty[:, :-1] & ~empty[:, 1:]).any(axis=1))
+        if len(move):
+            taken = np.argsort(empty[move], axis=1, kind="stable")
+            ids[move] = np.take_along_axis(ids[move], taken, axis=1)
+            fields = None  # a position holds cells of several fields
+        del empty, move
+    if fields is None:
+        keys = cells.ranks()[ids]
     order = _lexsort_rows(keys, cells.ranks_bound(fields, m))
     ids = ids[order]
     equal = ids[1:] == ids[:-1]
