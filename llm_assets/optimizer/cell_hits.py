@@ -172,19 +172,20 @@ def cell_sorted_hits(cells: CellTexts, rows: np.ndarray, positions: np.ndarray) 
     (`CellTexts.common_prefixes`). That is the string order and its neighbour LCPs wherever
     each neighbour pair's first differing texts are not one a prefix of the other, or the
     shorter is empty (its row's text ends there): then each pair is in string order, so all
-    are. Where
-    one is (or they are equal texts of two fields), the rows sharing the cells before it
-    whose text there starts with the shorter one are sorted and compared as strings, from
-    the first cell they do not all share (`neighbour_lcps`; `_regions`); their neighbours
-    outside compare the same with each of them."""
+    are. Where one is (or they are equal texts of two fields), the rows sharing the cells
+    before it whose text there starts with the shorter one are sorted and compared as
+    strings, from the first cell they do not all share (`neighbour_lcps`; `_regions`);
+    their neighbours outside compare the same with each of them."""
     enc = cells.enc
     n, m = len(rows), len(enc.fields)
     if n < 2 or not m:
         return 0
-    keys = enc.codes[rows[:, None], positions]
-    ids = cells.offsets[positions] + keys
+    codes = enc.codes[rows[:, None], positions]
+    ids = cells.offsets[positions] + codes
     # one order for all rows: a field's codes are its texts' ranks
     fields = positions if positions.ndim == 1 else None
+    keys = codes if fields is not None else None
+    del codes
     if cells.has_empty:
         # An empty cell adds nothing to a row's text: where one comes before a cell that
         # is not empty, the row's cells move (stably) so that its empty cells end it.
