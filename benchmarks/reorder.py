@@ -308,10 +308,50 @@ def markdown(results: list[dict], scaling: dict | None) -> str:
             f"GGR time {scaling['from_rows']:,} -> {scaling['to_rows']:,} rows: "
             f"x{scaling['time_ratio']:.1f} (n log n would be x{scaling['nlogn_ratio']:.1f})."
         )
+    lines += ["", *speed_markdown(results)]
     budget = budget_markdown(results)
     if budget:
         lines += ["", budget.rstrip("\n")]
     return "\n".join(lines) + "\n"
+
+
+def speed_markdown(results: list[dict]) -> list[str]:
+    """Issue 24's speed targets in one place: GGR's CPU time against the authors' port (this
+    run) and their published seconds, then what `benchmarks.safety_net` and
+    `benchmarks.loader` last measured (their JSON, where present)."""
+    lines = [
+        "Speed (issue 24): GGR (encode + greedy + safety net) against the authors' QuickGreedy "
+        "(our port, this run, CPU s) and against the seconds the authors published.",
+        "",
+        "| table | GGR CPU s | port CPU s | port / GGR | published s | published / GGR |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        ggr, port = r["methods"]["ggr"], r["methods"].get("authors_ggr")
+        published = PUBLISHED.get(r["table"], {}).get("seconds")
+        cells = [f"{ggr['cpu_seconds']:.3f}"]
+        cells += (
+            [f"{port['cpu_seconds']:.3f}", f"{port['cpu_seconds'] / ggr['cpu_seconds']:.1f}x"]
+            if port
+            else ["", ""]
+        )
+        cells += [f"{published}", f"{published / ggr['seconds']:.0f}x"] if published else ["", ""]
+        lines.append(f"| {r['table']} | " + " | ".join(cells) + " |")
+    results_dir = ROOT / "benchmarks" / "results"
+    net_path, loader_path = results_dir / "safety_net.json", results_dir / "loader.json"
+    if net_path.exists():
+        net = json.loads(net_path.read_text())
+        shares = ", ".join(f"{t['table']} {t['ratio']:.0%}" for t in net["tables"])
+        met = sum(t["ratio"] <= net["target"] for t in net["tables"])
+        lines += ["", f"Safety net / greedy (`safety_net.md`, target {net['target']:.0%}): "
+                  f"{shares}; met on {met} of {len(net['tables'])}."]  # fmt: skip
+    if loader_path.exists():
+        sizes = json.loads(loader_path.read_text()).get("memory", {}).get("sizes", [])
+        for size in sizes:
+            cli = size["cli"]
+            lines += ["", f"`llm-assets plan` on {size['rows']:,} rows (`loader.md`): "
+                      f"{cli['wall_s']:.0f} s, max RSS {cli['max_rss_mb']:,.0f} MiB."]  # fmt: skip
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
