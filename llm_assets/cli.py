@@ -352,21 +352,30 @@ def stage_report(stage, sim) -> dict:
 
 def pairs_report(query, pairs, options) -> dict:
     """A semantic join's candidate pairs: how many, each side's rows among them, the bound,
-    how each join is blocked (top-k, an equi-key, or none: the cross product)."""
+    how each join is blocked (top-k, an equi-key, or none: the cross product, less the pairs
+    a predicate over both sides, as `a.id < b.id`, drops)."""
     from llm_assets.pipeline.filtering import pair_sides
 
     sides = pair_sides(query, pairs)
     aliases = [s.alias for s in query.sources]
-    blocking = {
-        j.alias: j.top_k.show()
-        if j.top_k
-        else "equi-key"
-        if query.joins_for(aliases.index(j.alias))
-        else "cross product"
-        for j in query.semantic_joins
-    }
+    blocking = {j.alias: _blocking(query, j, aliases) for j in query.semantic_joins}
     return {"candidate_pairs": len(pairs), "rows": sides, "max_pairs": options.max_pairs,
             "blocking": blocking, "prefix_side": {}}  # fmt: skip
+
+
+def _blocking(query, join, aliases: list[str]) -> str:
+    if join.top_k:
+        return join.top_k.show()
+    at = aliases.index(join.alias)
+    if query.joins_for(at):
+        return "equi-key"
+    earlier = set(aliases[:at])
+    both = [  # predicates reading this side and an earlier one: they filter the pairs
+        p.sql
+        for p in query.predicates
+        if join.alias in (sides := {c.split(".", 1)[0] for c in p.columns}) and sides & earlier
+    ]
+    return "cross product" + (f" filtered by {' AND '.join(both)}" if both else "")
 
 
 def prefix_sides(query, plan) -> dict[str, int]:

@@ -294,3 +294,27 @@ def test_a_blocked_self_join_checks_its_one_table_predicates_and_runs_its_two_si
     # each row's 2 nearest include itself; a.id < b.id then keeps the pairs the smaller id
     # found: p1 finds p2; p2 finds p1 (a tie with p3, row order), p3 finds p2: both dropped
     assert list(zip(frame["a__id"], frame["b__id"], strict=True)) == [("p1", "p2")]
+
+
+def test_plan_names_the_predicate_that_filters_an_unblocked_self_join(tmp_path):
+    """`plan`'s blocking line: a join with no key but `a.id < b.id` is the cross product
+    filtered by that predicate, not the whole cross product (it asks half the pairs)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from llm_assets.cli import main
+
+    products = pd.DataFrame({"id": ["p1", "p2", "p3", "p4"], "title": ["a", "b", "c", "d"]})
+    products.to_csv(tmp_path / "products.csv", index=False)
+    (tmp_path / "q.sql").write_text(SELF)
+    args = ["plan", str(tmp_path / "q.sql"), "--table", f"products={tmp_path / 'products.csv'}"]
+    shown = CliRunner().invoke(main, [*args, "--methods", "ggr", "--json"])
+    assert shown.exit_code == 0, shown.output
+    join = json.loads(shown.output)["semantic_join"]
+    assert join["candidate_pairs"] == 6  # 4 x 3 / 2
+    assert join["blocking"] == {"b": 'cross product filtered by "a"."id" < "b"."id"'}
+    plain = SELF.replace(" ON a.id < b.id AND ", " ON ")
+    (tmp_path / "q.sql").write_text(plain)
+    shown = CliRunner().invoke(main, [*args, "--methods", "ggr", "--json"])
+    assert json.loads(shown.output)["semantic_join"]["blocking"] == {"b": "cross product"}
