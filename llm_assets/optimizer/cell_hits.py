@@ -229,10 +229,11 @@ def cell_sorted_hits(cells: CellTexts, rows: np.ndarray, positions: np.ndarray) 
     np.cumsum(cells.sizes[ids[lo]], axis=1, out=heads[:, 1:])
     shared_pairs = int((heads[np.arange(len(lo)), same] * (hi - lo)).sum())
     skipped = np.repeat(same, hi - lo + 1)
-    picked = ids[rows_in]
+    first = int(same.min())  # the cells before it are shared in every region: not joined
+    picked = ids[rows_in, first:]
     columns = []
-    for k in range(m):
-        column = cells.texts[picked[:, k]]
+    for k in range(first, m):
+        column = cells.texts[picked[:, k - first]]
         column[skipped > k] = ""
         columns.append(column.tolist())
     joined = list(map("".join, zip(*columns, strict=True)))

@@ -57,7 +57,7 @@ def _request_plan_frame(stage: StagePlan, relquery: str) -> pd.DataFrame:
         {
             "position": np.arange(len(schedule), dtype=np.int64),
             INPUT: ids,
-            "request_id": _objects([f"{relquery}:{i}" for i in ids.tolist()]),
+            "request_id": _request_ids(relquery, ids),
             "prompt": _objects(stage.prompts),
             "field_order": orders[schedule.order_ids],  # a few distinct strings, shared
             "truncated": np.fromiter(stage.truncated, bool, len(stage.truncated)),
@@ -65,6 +65,17 @@ def _request_plan_frame(stage: StagePlan, relquery: str) -> pd.DataFrame:
         },
         copy=False,  # the columns as built: no list copies, no block of them all (GBs at 10M)
     )
+
+
+def _request_ids(relquery: str, ids: np.ndarray, chunk: int = 1 << 20) -> np.ndarray:
+    """`relquery:id` for each input id, as an object array built `chunk` ids at a time (the
+    ids as one list of Python ints held ~0.3 GB more at 10M rows)."""
+    out = np.empty(len(ids), dtype=object)
+    for start in range(0, len(ids), chunk):
+        out[start : start + chunk] = [
+            f"{relquery}:{i}" for i in ids[start : start + chunk].tolist()
+        ]
+    return out
 
 
 def _objects(values) -> np.ndarray:

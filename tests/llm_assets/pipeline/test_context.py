@@ -1,7 +1,10 @@
 """Prompts longer than the context window: cut the longest field (marked) or fail the row
 before any token is spent."""
 
+import numpy as np
 import pandas as pd
+from hypothesis import given
+from hypothesis import strategies as st
 
 from llm_assets.benchmark_queries import compile_query
 from llm_assets.optimizer.prompts import TRUNCATION_MARKER, PromptFormat, fit_row
@@ -143,3 +146,11 @@ def test_a_prompt_no_longer_than_the_limit_in_characters_is_not_counted():
     assert sim.tokens_within_chars and EngineWrapper(sim).tokens_within_chars
     assert not SimulatedEngine(tokenizer=type("T", (), {"encode": list})()).tokens_within_chars
     assert isinstance(sim.tokenizer, ApproxTokenizer)
+
+
+@given(st.lists(st.integers(0, 2**40), max_size=12), st.integers(1, 5))
+def test_request_ids_are_the_query_and_input_id_at_any_chunk_size(ids, chunk):
+    from llm_assets.pipeline.plan import _request_ids
+
+    got = _request_ids("q:llm_1", np.asarray(ids, dtype=np.int64), chunk)
+    assert got.dtype == object and got.tolist() == [f"q:llm_1:{i}" for i in ids]
