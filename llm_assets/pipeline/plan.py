@@ -149,11 +149,18 @@ def run_plan(
     return _request_plan_frame(optimize(stage, settings, RULES[_AFTER_DEDUP:]), relquery)
 
 
+def sendable(plan: pd.DataFrame) -> np.ndarray:
+    """Positions of the rows of a request plan that are sent: those without a planning
+    error. Positions, not a copy of the rows (a copy held ~750 MB more at 10M rows)."""
+    if "error" not in plan:
+        return np.arange(len(plan))
+    return np.flatnonzero(plan["error"].isna().to_numpy())
+
+
 def first_prompt(plan: pd.DataFrame) -> str | None:
-    """The first prompt `plan` sends (None when it sends none), exactly as sent. Found by
-    position: a copy of the sendable rows held ~750 MB more at 10M rows."""
-    sendable = plan["error"].isna().to_numpy() if "error" in plan else np.ones(len(plan), bool)
-    return str(plan["prompt"].iat[int(sendable.argmax())]) if sendable.any() else None
+    """The first prompt `plan` sends (None when it sends none), exactly as sent."""
+    rows = sendable(plan)
+    return str(plan["prompt"].iat[int(rows[0])]) if len(rows) else None
 
 
 def context_limit(engine: LLMEngine, options: QueryOptions, max_tokens: int):

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from llm_assets.pipeline.plan import sendable
 from llm_assets.pipeline.send import requests_from_plan
 from llm_assets.query_parts import LLMCall
 from resources.engine import LLMEngine, Response, RunStats
@@ -124,18 +125,15 @@ def price_stage(
     module docstring): the whole stage when it has at most `exact` sendable requests (sample
     None), else `windows` windows of `window` requests, each simulated after `lead` and
     before `trail` uncounted ones."""
-    if "error" in plan:  # positions, not a copy of the frame (millions of rows)
-        sendable = np.flatnonzero(plan["error"].isna().to_numpy())
-    else:
-        sendable = np.arange(len(plan))
-    n = len(sendable)
+    sent = sendable(plan)
+    n = len(sent)
     if n <= max(exact, windows * window):
         return engine.run(relquery, requests_from_plan(plan, call, max_tokens)).stats, None
     wall0 = time.perf_counter()
     per_window, simulated = [], 0
     for start in window_starts(n, windows, window, seed):
         before = min(lead, start)
-        part = plan.iloc[sendable[start - before : min(start + window + trail, n)]]
+        part = plan.iloc[sent[start - before : min(start + window + trail, n)]]
         result = engine.run(relquery, requests_from_plan(part, call, max_tokens))
         per_window.append(_window_figures(result.responses, before, window))
         simulated += len(part)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from llm_assets.pipeline.options import QueryOptions
-from llm_assets.pipeline.plan import call_max_tokens
+from llm_assets.pipeline.plan import call_max_tokens, sendable
 from llm_assets.pipeline.rows import INPUT
 from llm_assets.query_parts import LLMCall
 from resources.engine import LLMEngine, Request, Response
@@ -23,11 +23,12 @@ def requests_from_plan(
 ) -> list[Request]:
     """The requests to send: every planned prompt that has no planning error, with the call's
     output spec and `max_tokens` (default: the call's)."""
-    sendable = plan[plan["error"].isna()] if "error" in plan else plan
+    rows = sendable(plan)
+    ids, prompts = plan["request_id"].to_numpy()[rows], plan["prompt"].to_numpy()[rows]
     limit = max_tokens or call.max_tokens
     return [
         Request(id=rid, prompt=prompt, max_tokens=limit, output=call.output)
-        for rid, prompt in zip(sendable["request_id"], sendable["prompt"], strict=True)
+        for rid, prompt in zip(ids, prompts, strict=True)
     ]
 
 
