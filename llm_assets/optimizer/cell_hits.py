@@ -16,6 +16,7 @@ import numpy as np
 from llm_assets.optimizer.metrics import (
     _field_positions,
     char_hit_rate,
+    first_differing_byte,
     neighbour_lcps,
     sorted_hits,
 )
@@ -150,9 +151,7 @@ class CellTexts:
             differ = xor != 0
             found = differ.any(axis=1)
             word = differ.argmax(axis=1)[found]
-            x = xor[np.flatnonzero(found), word]
-            low = x & (~x + np.uint64(1))  # lowest set bit: the first differing byte
-            byte = (np.frexp(low.astype(np.float64))[1] - 1) // 8
+            byte = first_differing_byte(xor[np.flatnonzero(found), word])
             done = active[found]
             lcp[done] = np.minimum(cap[done], lo + word * self.per_word + byte // self.unit)
             lo += count * self.per_word

@@ -148,10 +148,15 @@ def _first_differences(strings: Sequence[str]) -> np.ndarray:
     first = np.where(found, word * unit, width * unit)
     if unit > 1:
         rows = np.flatnonzero(found)
-        xor = words[rows, word[rows]] ^ words[rows + 1, word[rows]]
-        low = xor & (~xor + np.uint64(1))  # lowest set bit: the first differing byte
-        first[rows] += (np.frexp(low.astype(np.float64))[1] - 1) // 8
+        first[rows] += first_differing_byte(words[rows, word[rows]] ^ words[rows + 1, word[rows]])
     return first
+
+
+def first_differing_byte(xor: np.ndarray) -> np.ndarray:
+    """Per nonzero XOR of two little-endian 64-bit words, the index (0-7) of their first
+    differing byte: that of the lowest set bit."""
+    low = xor & (~xor + np.uint64(1))  # the lowest set bit alone
+    return (np.frexp(low.astype(np.float64))[1] - 1) // 8
 
 
 def trie_hits(strings: Sequence[str]) -> list[int]:
