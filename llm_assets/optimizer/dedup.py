@@ -15,7 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from llm_assets.optimizer.table import EncodedTable, TableLike, encode, factorize_strings
+from llm_assets.optimizer.table import (
+    EncodedTable,
+    TableLike,
+    encode,
+    factorize_strings,
+    object_array,
+)
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,5 @@ def dedup_prompts(prompts: Sequence[str]) -> Dedup:
     """Equal prompt strings collapse to their first occurrence."""
     if len(prompts) == 0:
         return Dedup(np.zeros(0, np.int64), np.zeros(0, np.int64))
-    values = np.empty(len(prompts), dtype=object)
-    values[:] = list(prompts)
-    labels, _ = factorize_strings(values)
+    labels, _ = factorize_strings(object_array(prompts))
     return _first_occurrence(labels)

@@ -149,6 +149,14 @@ class EncodedTable:
         )
 
 
+def object_array(values: Sequence) -> np.ndarray:
+    """`values` as a one-dimensional object array, each element as it is (`np.asarray` would
+    make a sequence of equal-length sequences two-dimensional)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
 def factorize_strings(values: np.ndarray, sort: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(codes, uniques) of an object array of str, as `pd.factorize` gives them: codes in
     first-occurrence order, or in sorted order of the uniques with `sort`.

@@ -11,6 +11,7 @@ import pandas as pd
 from llm_assets.optimizer.passes import RULES, Rule, Settings, StagePlan, dedup, optimize
 from llm_assets.optimizer.prompts import PromptFormat, parse
 from llm_assets.optimizer.schedule import Schedule
+from llm_assets.optimizer.table import object_array
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.rows import INPUT, ROW
 from llm_assets.query import LLMQuery
@@ -58,10 +59,10 @@ def _request_plan_frame(stage: StagePlan, relquery: str) -> pd.DataFrame:
             "position": np.arange(len(schedule), dtype=np.int64),
             INPUT: ids,
             "request_id": _request_ids(relquery, ids),
-            "prompt": _objects(stage.prompts),
+            "prompt": object_array(stage.prompts),
             "field_order": orders[schedule.order_ids],  # a few distinct strings, shared
             "truncated": np.fromiter(stage.truncated, bool, len(stage.truncated)),
-            "error": _objects(stage.errors),
+            "error": object_array(stage.errors),
         },
         copy=False,  # the columns as built: no list copies, no block of them all (GBs at 10M)
     )
@@ -75,13 +76,6 @@ def _request_ids(relquery: str, ids: np.ndarray, chunk: int = 1 << 20) -> np.nda
         out[start : start + chunk] = [
             f"{relquery}:{i}" for i in ids[start : start + chunk].tolist()
         ]
-    return out
-
-
-def _objects(values) -> np.ndarray:
-    """`values` as a one-dimensional object array (each element as it is)."""
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
     return out
 
 

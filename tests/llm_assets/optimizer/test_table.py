@@ -131,3 +131,12 @@ def test_select_reorders_every_field_and_refuses_a_subset():
     assert swapped.fields == ("b", "a") and swapped.cell(1, 1) == "y" == enc.cell(1, 0)
     with pytest.raises(ValueError, match=r"select needs every field of \['a', 'b'\]"):
         enc.select(["a"])
+
+
+def test_object_array_keeps_each_element_whole():
+    from llm_assets.optimizer.table import object_array
+
+    for values in (["ab", "cd"], [("a", "b"), ("c", "d")], [None, "x"], []):
+        out = object_array(values)
+        assert out.dtype == object and out.shape == (len(values),)
+        assert out.tolist() == list(values)
