@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.reorder import SHAPE_ROWS, SHARED_DATA
+from benchmarks.reorder import SHAPE_ROWS, table_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_JSON = ROOT / "benchmarks" / "results" / "safety_net.json"
@@ -31,13 +31,8 @@ TARGET = 0.20
 
 
 def default_specs() -> list[str]:
-    """The shared CSVs that are present, the shapes at `benchmarks.reorder`'s sizes, 28k x 10."""
-    csvs = sorted(SHARED_DATA.glob("*.csv")) if SHARED_DATA.is_dir() else []
-    return (
-        [f"csv:{p}" for p in csvs]
-        + [f"shape:{n}:{r}" for n, r in SHAPE_ROWS.items()]
-        + ["synthetic:28000"]
-    )
+    """`benchmarks.reorder`'s tables less its 1M-row one."""
+    return table_specs(SHAPE_ROWS, [28_000])
 
 
 def measure(spec: str, repeat: int) -> dict:
