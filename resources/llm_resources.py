@@ -38,12 +38,18 @@ import dagster as dg
 from pydantic import Field, PrivateAttr, TypeAdapter, ValidationError
 
 from resources.engine import LLMEngine, Request, RunResult
-from resources.engine_config import EngineConfig, OpenAIEngineConfig, VLLMEngineConfig
+from resources.engine_config import (
+    EngineConfig,
+    LlamaCppEngineConfig,
+    OpenAIEngineConfig,
+    VLLMEngineConfig,
+)
 from resources.sim.config import SimulatedEngineConfig
 
 __all__ = [
     "ENGINE_KINDS",
     "LLMEngineResource",
+    "LlamaCppEngineResource",
     "ResponseCacheResource",
     "OpenAIEngineResource",
     "SimulatedEngineResource",
@@ -245,6 +251,34 @@ class OpenAIEngineResource(LLMEngineResource, OpenAIEngineConfig):
         return OpenAIEngine(config=self.settings(), api_key=key)
 
 
+LLAMA_CPP_ENV_PREFIX = "LLM_ASSETS_LLAMA_CPP_"
+"""Every option of `LlamaCppEngineResource` left unset in config is read from
+`LLM_ASSETS_LLAMA_CPP_<OPTION>` (e.g. `LLM_ASSETS_LLAMA_CPP_MODEL=gemma3-270m`)."""
+
+
+class LlamaCppEngineResource(LLMEngineResource, LlamaCppEngineConfig):
+    """A real local model on llama.cpp's `llama-server`, which the engine starts on 127.0.0.1
+    at the first request of a run and stops when the run's step ends (also a failed one:
+    `teardown_after_execution`; a killed step's server is stopped by its watchdog). Its
+    fields are `LlamaCppEngineConfig`'s (`resources.engine_config`): `model` is a bundled
+    name (smollm2-135m, gemma3-270m; `make models`) or a GGUF path; a missing model or
+    binary fails when the run starts, in one line. An option not set in config or code is
+    read from `LLM_ASSETS_LLAMA_CPP_<OPTION>` when set."""
+
+    def settings(self) -> LlamaCppEngineConfig:
+        """The engine's config: fields set in config or code, else their environment
+        variable, else the default (`settings_from_env`)."""
+        given = self.model_dump(
+            include=self.model_fields_set & LlamaCppEngineConfig.model_fields.keys()
+        )
+        return settings_from_env(LlamaCppEngineConfig, given, LLAMA_CPP_ENV_PREFIX, {})
+
+    def build_engine(self) -> LLMEngine:
+        from resources.llama_cpp.engine import LlamaCppEngine
+
+        return LlamaCppEngine(config=self.settings())
+
+
 class ResponseCacheResource(dg.ConfigurableResource):
     """The persistent response cache (`resources.response_cache`): a rerun sends only the
     prompts never answered before. Off for the simulated engine by default (jobs/resources.py),
@@ -261,7 +295,7 @@ class ResponseCacheResource(dg.ConfigurableResource):
         return ResponseCache(self.path) if self.enabled else ResponseCache.disabled()
 
 
-ENGINE_KINDS = ("sim", "vllm", "openai")
+ENGINE_KINDS = ("sim", "vllm", "openai", "llama_cpp")
 """The engines `engine_resource` builds: `LLM_ASSETS_ENGINE` and `llm-assets run --engine`."""
 
 
@@ -269,9 +303,9 @@ def engine_resource(kind: str, **fields) -> LLMEngineResource:
     """The engine resource of `kind` (`ENGINE_KINDS`) with `fields` set in code: the one way
     from the environment to an engine, which the code location binds
     (`llm_assets.default_resources`) and `llm-assets run --engine KIND` builds. OpenAI
-    options not in `fields` (nor in run config) come from `LLM_ASSETS_OPENAI_<OPTION>`, vLLM's
-    model from `LLM_ASSETS_VLLM_MODEL`, when the engine is built; the simulated engine reads
-    no variable.
+    options not in `fields` (nor in run config) come from `LLM_ASSETS_OPENAI_<OPTION>`,
+    llama.cpp's from `LLM_ASSETS_LLAMA_CPP_<OPTION>`, vLLM's model from
+    `LLM_ASSETS_VLLM_MODEL`, when the engine is built; the simulated engine reads no variable.
 
     >>> type(engine_resource("openai")).__name__
     'OpenAIEngineResource'
@@ -280,6 +314,7 @@ def engine_resource(kind: str, **fields) -> LLMEngineResource:
         "sim": SimulatedEngineResource,
         "vllm": VLLMEngineResource,
         "openai": OpenAIEngineResource,
+        "llama_cpp": LlamaCppEngineResource,
     }
     if kind not in classes:
         raise ValueError(f"unknown engine {kind!r}; expected one of {list(ENGINE_KINDS)}")

@@ -82,6 +82,7 @@ from resources.openai_wire import (
     NO_CACHED_TOKENS_ADVICE,
     SERVER_STYLES,
     Redactor,
+    constrained_max_tokens,
     split_url_credentials,
     structured_fields,
 )
@@ -305,7 +306,10 @@ class OpenAIEngine(LLMEngine):
         if self.send_priority:
             body["priority"] = request.priority
         style = style or (self.server_style if self.server_style != "auto" else "vllm")
-        body.update(structured_fields(request.output, style))
+        constraint = structured_fields(request.output, style)
+        if constraint:
+            body["max_tokens"] = constrained_max_tokens(request.output, body["max_tokens"])
+        body.update(constraint)
         return body
 
     def _backoff_s(self, attempt: int, retry_after: float | None) -> float:

@@ -14,7 +14,8 @@ Pure functions, no I/O:
   too: more prompt tokens than its text has UTF-8 bytes plus `TEMPLATE_TOKENS`, or more
   output tokens than `max_tokens + 1`.
 - `structured_fields(spec, style)`: the body fields that carry an `OutputSpec` in the form
-  each server understands (`SERVER_STYLES`).
+  each server understands (`SERVER_STYLES`); `constrained_max_tokens` the output budget
+  sent with them, which never cuts a valid choice short.
 - `Redactor`: removes every fragment of 8 or more characters of a secret, in any letter
   case, from a text (shorter secrets: every whole occurrence).
 - `split_url_credentials(url)`: the URL without `user:password@`, and the credentials.
@@ -45,6 +46,7 @@ __all__ = [
     "error_message",
     "retry_after_s",
     "split_url_credentials",
+    "constrained_max_tokens",
     "structured_fields",
 ]
 
@@ -187,6 +189,25 @@ def _gbnf_literal(value: str) -> str:
 
 NUMBER_GRAMMAR = 'root ::= "-"? [0-9]+ ("." [0-9]+)?'
 NON_NEGATIVE_GRAMMAR = 'root ::= [0-9]+ ("." [0-9]+)?'
+
+
+def constrained_max_tokens(spec: OutputSpec, max_tokens: int) -> int:
+    """The output budget to send with a server-side constraint for `spec`: a choice can come
+    back in any tokenization of its value, since a grammar masks tokens but does not force the
+    canonical spelling (Gemma 3 spelled `positive`, one token, in three under llama.cpp's
+    grammar, and a 3-token budget cut `negative` to `negat`); at most one token per UTF-8
+    byte (as `UsageBounds`), so the budget is raised to the longest value's bytes plus an end
+    token. Generation ends where the constraint completes, so the slack is never spent.
+
+    >>> constrained_max_tokens(OutputSpec.choice(["positive", "negative"]), 2)
+    9
+    >>> constrained_max_tokens(OutputSpec.parse("number(0,5)"), 3)
+    3
+    """
+    if spec.kind != "choice":
+        return max_tokens
+    longest = max(len(v.encode("utf-8", "surrogatepass")) for v in spec.values)
+    return max(max_tokens, longest + 1)
 
 
 def structured_fields(spec: OutputSpec, style: str) -> dict[str, Any]:

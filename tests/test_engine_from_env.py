@@ -26,6 +26,13 @@ GOOD = {
         "LLM_ASSETS_OPENAI_ROUTING": "round_robin",
     },
     "vllm": {"LLM_ASSETS_VLLM_MODEL": "facebook/opt-125m"},
+    # {tmp}: a folder holding a GGUF file `m.gguf` and an executable `llama-server` (the
+    # engine resolves both when it is built; no server starts until a request needs one)
+    "llama_cpp": {
+        "LLM_ASSETS_LLAMA_CPP_MODEL": "{tmp}/m.gguf",
+        "LLM_ASSETS_LLAMA_CPP_LLAMA_SERVER": "{tmp}/llama-server",
+        "LLM_ASSETS_LLAMA_CPP_SLOTS": "3",
+    },
 }
 BAD = {
     "openai, no model": ("openai", {"LLM_ASSETS_OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}),
@@ -35,27 +42,32 @@ BAD = {
     ),
     "vllm, no model": ("vllm", {"LLM_ASSETS_VLLM_MAX_MODEL_LEN": "2048"}),
     "vllm, an empty model": ("vllm", {"LLM_ASSETS_VLLM_MODEL": ""}),
+    "llama_cpp, an unknown model": ("llama_cpp", {"LLM_ASSETS_LLAMA_CPP_MODEL": "smollm2-13b"}),
+    "llama_cpp, no slots": ("llama_cpp", {"LLM_ASSETS_LLAMA_CPP_SLOTS": "0"}),
 }
 
 
 @pytest.fixture
-def environ(monkeypatch: pytest.MonkeyPatch):
-    """Sets exactly the given engine variables (every other LLM_ASSETS_OPENAI_/VLLM_ one
-    removed)."""
+def environ(monkeypatch: pytest.MonkeyPatch, tmp_path):
+    """Sets exactly the given engine variables (every other LLM_ASSETS_OPENAI_/VLLM_/LLAMA_
+    one removed); `{tmp}` in a value is a folder with a GGUF file and an executable."""
     for name in list(os.environ):
-        if name.startswith(("LLM_ASSETS_OPENAI_", "LLM_ASSETS_VLLM_")):
+        if name.startswith(("LLM_ASSETS_OPENAI_", "LLM_ASSETS_VLLM_", "LLM_ASSETS_LLAMA_")):
             monkeypatch.delenv(name)
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    (tmp_path / "llama-server").write_text("#!/bin/sh\n")
+    (tmp_path / "llama-server").chmod(0o755)
 
     def set_all(values: dict[str, str]) -> None:
         for name, value in values.items():
-            monkeypatch.setenv(name, value)
+            monkeypatch.setenv(name, value.format(tmp=tmp_path))
 
     return set_all
 
 
 def cli_engine(kind: str):
     """What `llm-assets run --engine KIND` builds (the default switches)."""
-    return cli.build_engine(kind, "L4", "llama-2-7b", "vllm-v1", True)
+    return cli.build_engine(kind, "L4", None, "vllm-v1", True)
 
 
 def dagster_engine(kind: str):
@@ -86,7 +98,7 @@ def settings(engine) -> dict:
     return {**engine.config.model_dump(), "urls": urls}
 
 
-@pytest.mark.parametrize("kind", ["openai", "vllm"])
+@pytest.mark.parametrize("kind", ["openai", "vllm", "llama_cpp"])
 def test_the_cli_and_the_resource_build_the_same_settings(kind, environ) -> None:
     environ(GOOD[kind])
     from_cli, from_dagster = cli_engine(kind), dagster_engine(kind)
@@ -95,6 +107,7 @@ def test_the_cli_and_the_resource_build_the_same_settings(kind, environ) -> None
     every_variable_read = {
         "openai": {"max_concurrency": 3, "timeout_s": 7.5, "routing": "round_robin"},
         "vllm": {"model": "facebook/opt-125m"},
+        "llama_cpp": {"slots": 3},
     }[kind]
     assert every_variable_read.items() <= settings(from_cli).items()
 

@@ -24,9 +24,9 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-VERSION = "0.3.36"
-"""`llama-cpp-python` release whose vendored llama.cpp is built (pinned: new releases move
-llama.cpp's HTTP API and metrics)."""
+from resources.llama_cpp.binary import VERSION, cache_dir, server_binary
+
+__all__ = ["VERSION", "build", "cache_dir", "server_binary"]
 
 CMAKE_OPTIONS = (
     "-DCMAKE_BUILD_TYPE=Release",
@@ -37,18 +37,6 @@ CMAKE_OPTIONS = (
     "-DLLAMA_BUILD_EXAMPLES=OFF",
     "-DGGML_NATIVE=ON",
 )
-
-
-def cache_dir(version: str = VERSION) -> Path:
-    """Where the binary of `version` is kept."""
-    root = Path(os.environ.get("LLM_ASSETS_CACHE", Path.home() / ".cache" / "llm-assets"))
-    return root / f"llama.cpp-{version}"
-
-
-def server_binary(version: str = VERSION) -> Path | None:
-    """The built `llama-server`, or None when it has not been built on this machine."""
-    path = cache_dir(version) / "llama-server"
-    return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
 def _run(cmd: list[str], cwd: Path | None = None) -> None:

@@ -20,6 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llm_assets.output_spec import OutputSpec
 from resources.engine import Request
@@ -134,13 +136,34 @@ def reqs(n: int, **kwargs: Any) -> list[Request]:
 # -- request bodies ---------------------------------------------------------------------------
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=4, unique=True),
+    st.integers(1, 5),
+    st.sampled_from(["vllm", "vllm-guided", "llamacpp"]),
+)
+def test_a_constrained_choice_is_never_cut_short(values, max_tokens, style) -> None:
+    """A grammar may spell a value in any tokenization, at worst one token per byte (Gemma 3
+    spelled `positive`, one token, in three; a 3-token budget cut `negative` to `negat`): the
+    budget sent must hold the longest value's bytes and an end token."""
+    values = [v.strip() or "x" for v in values]
+    spec = OutputSpec.choice(list(dict.fromkeys(values)))
+    engine = OpenAIEngine("http://127.0.0.1:9/v1", "m", server_style=style)
+    body = engine.body(Request("a", "p", max_tokens=max_tokens, output=spec))
+    longest = max(len(v.encode("utf-8", "surrogatepass")) for v in spec.values)
+    assert body["max_tokens"] >= longest + 1
+    assert body["max_tokens"] == max(max_tokens, longest + 1)  # no more than that either
+    unconstrained = OpenAIEngine("http://127.0.0.1:9/v1", "m", server_style="none")
+    assert unconstrained.body(Request("a", "p", max_tokens=max_tokens))["max_tokens"] == max_tokens
+
+
 def test_body_carries_model_limits_and_structured_outputs() -> None:
     engine = OpenAIEngine("http://127.0.0.1:9/v1", "llama")
     req = Request("a", "hello", max_tokens=3, output=OutputSpec.choice(["Yes", "No"]), priority=2)
     body = engine.body(req)
     assert body == {
         "model": "llama",
-        "max_tokens": 3,
+        "max_tokens": 4,  # a constrained choice: the longest value's bytes + 1 (not 3)
         "temperature": 0.0,
         "prompt": "hello",
         "structured_outputs": {"choice": ["Yes", "No"]},
