@@ -51,8 +51,8 @@ def engine_for(env: str) -> LLMEngineResource:
 def default_resources(engine: str | None = None) -> dict:
     """Every resource key a query's assets require, for `engine` (`sim`, `vllm`, `openai`,
     `llama_cpp`; default `$LLM_ASSETS_ENGINE`, else `sim`): the engine as `llm_engine`, the
-    response cache (off on the sim), `options`, the checks' `gx`, the MLflow `tracker` and the DuckDB
-    warehouse IO managers under `$LLM_ASSETS_HOME` (default `./.llm_assets`).
+    response cache (off on the sim), `options`, the checks' `gx`, the MLflow `tracker` and
+    the DuckDB warehouse IO managers under `$LLM_ASSETS_HOME` (default `./.llm_assets`).
 
     >>> sorted(default_resources("sim"))  # doctest: +NORMALIZE_WHITESPACE
     ['gx', 'io_manager', 'llm_engine', 'options', 'pickle_io_manager', 'response_cache',
