@@ -19,13 +19,14 @@ from llm_assets.cli_inputs import (
     answer_path,
     check_out,
     fail,
+    label_option,
     load_inputs,
     parse_fields,
     parse_tables,
     query_options,
     read_sql,
 )
-from llm_assets.cli_reports import ProgressBar, plan_table, stats_report
+from llm_assets.cli_reports import ProgressBar, plan_table, quality_report, stats_report
 
 
 @click.group()
@@ -205,8 +206,9 @@ def response_cache(engine: str, cache: bool | None):
     default=None,
     help="Requests per chunk committed to the response cache (a kill loses at most one).",
 )
+@label_option
 @engine_options
-def run_command(query_path, tables, method, out, cache, chunk_size, **switches):
+def run_command(query_path, tables, method, out, cache, chunk_size, label_column, **switches):
     """Run an LLM-SQL query over files: every row answered, skipped or failed, with a summary
     (rows, requests, token hit rate, engine time, cost) as one JSON object on stdout."""
     from llm_assets.data.writers import write_table
@@ -222,7 +224,7 @@ def run_command(query_path, tables, method, out, cache, chunk_size, **switches):
         options = query_options(**{**options.model_dump(), "chunk_size": chunk_size})
     sql = read_sql(query_path)
     named = parse_tables(tables)
-    query, frames = load_inputs(sql, named, query_path.stem)
+    query, frames = load_inputs(sql, named, query_path.stem, label_column)
     aggregates = query.aggregate is not None
     check_out(out, named, query_path, aggregates)
     responses = response_cache(switches.engine, cache)
@@ -234,7 +236,9 @@ def run_command(query_path, tables, method, out, cache, chunk_size, **switches):
     )
     llm = switches.build_engine()
     try:
-        run = run_query(query, frames, options, llm, cache=responses, progress=ProgressBar())
+        run = run_query(
+            query, frames, options, llm, cache=responses, progress=ProgressBar(), label=label_column
+        )
     except (ValueError, CacheLockTimeout) as exc:
         fail(str(exc))
     except TooManyErrors as exc:
@@ -262,6 +266,7 @@ def run_command(query_path, tables, method, out, cache, chunk_size, **switches):
         "requests_sent": sum(s.sent for s in run.stages),
         "cache_hits": sum(s.cache_hits for s in run.stages),
         "response_cache": str(responses.path) if responses.enabled else None,
+        "quality": quality_report(run.stages, label_column, run.stats.engine),
     }
     report["answer_rows"] = len(run.answer)
     if aggregates:  # the aggregate itself: one row without GROUP BY

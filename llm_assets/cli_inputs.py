@@ -70,8 +70,9 @@ def query_options(**values):
         fail(f"option {'.'.join(map(str, error['loc']))}: {error['msg']}")
 
 
-def load_inputs(sql: str, tables: dict[str, str], name: str):
-    """The compiled query and its tables, read by the one loader (one-line errors)."""
+def load_inputs(sql: str, tables: dict[str, str], name: str, label: str | None = None):
+    """The compiled query and its tables, read by the one loader (one-line errors); a `label`
+    column none of them has is refused (`check_label`)."""
     from llm_assets.data.tables import load_table
     from llm_assets.sql import compile_sql
 
@@ -87,6 +88,7 @@ def load_inputs(sql: str, tables: dict[str, str], name: str):
         frames = {t: load_table(tables[t]) for t in needed}
     except ValueError as exc:
         fail(str(exc))
+    check_label(query, frames, label)
     return query, frames
 
 
@@ -106,3 +108,26 @@ def check_out(out: Path | None, tables: dict[str, str], query_path: Path, aggreg
         problem = check_target(target, [*tables.values(), query_path])
         if problem:
             fail(problem)
+
+
+label_option = click.option(
+    "--label-column",
+    default=None,
+    help="A column of a source holding each row's expected answer (alias.column where several "
+    "sources have it): the summary's `quality` adds the last LLM stage's accuracy against it. "
+    "Never sent to the model.",
+)
+
+
+def check_label(query, frames, label: str | None) -> None:
+    """Refuse a `--label-column` no source of the query has (one line naming the column and
+    the tables' columns), before the engine is built or anything is sent."""
+    from llm_assets.optimizer.table import column_names
+    from llm_assets.pipeline.quality import resolve_label
+
+    if label is None:
+        return
+    try:
+        resolve_label(query, {t: column_names(f) for t, f in frames.items()}, label)
+    except ValueError as exc:
+        fail(str(exc))

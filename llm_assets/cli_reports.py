@@ -170,3 +170,45 @@ def plan_table(report: dict) -> str:
     lines += ["", "rows: rows reaching the stage; engine s: simulated seconds; "
               "--json prints every figure"]  # fmt: skip
     return "\n".join(lines)
+
+
+def quality_report(stages, label: str | None, engine: str) -> dict:
+    """`run`'s `quality` object (`llm_assets.pipeline.quality`): `parse_rate` over the answers
+    of every LLM stage, and per stage under `stages`; with a `label` column, the last stage's
+    (`labelled_call`) `accuracy`, its 95% Wilson interval `accuracy_ci95`, `n_labelled` and,
+    for a text output, `f1` (null without a label); on the simulated engine a `note` that its
+    answers are placeholders, not a model's."""
+    from llm_assets.pipeline.quality import SIM_NOTE, answer_count, parse_rate, stage_quality
+
+    report = {
+        "engine": engine,
+        "parse_rate": _rounded(parse_rate(*(s.outputs for s in stages))),
+        "stages": [
+            {
+                "llm_call": s.call.name,
+                "answers": answer_count(s.outputs),
+                "parse_rate": _rounded(parse_rate(s.outputs)),
+            }
+            for s in stages
+        ],  # fmt: skip
+        "label_column": label,
+        "labelled_call": None,
+        "accuracy": None,
+        "accuracy_ci95": None,
+        "n_labelled": None,
+    }
+    if label is not None and stages:
+        last = stages[-1]
+        figures = stage_quality(last.deduped, last.outputs, last.call.output, labelled=True)
+        del figures["parse_rate"]  # the last stage's is under `stages`
+        report["labelled_call"] = last.call.name
+        report |= {k: _rounded(v) for k, v in figures.items()}
+    if engine == "sim":
+        report["note"] = SIM_NOTE
+    return report
+
+
+def _rounded(value):
+    if isinstance(value, float):
+        return round(value, 6)
+    return [_rounded(v) for v in value] if isinstance(value, list) else value

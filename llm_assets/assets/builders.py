@@ -18,6 +18,7 @@ from llm_assets.assets import checks
 from llm_assets.assets.definition import QueryDefinition
 from llm_assets.pipeline.filtering import pair_sides, run_filtered
 from llm_assets.pipeline.options import QueryOptions
+from llm_assets.pipeline.quality import with_labels
 from llm_assets.pipeline.retrieval import retrieve
 from llm_assets.pipeline.rows import SKIP
 from llm_assets.pipeline.typecheck import check_predicates
@@ -143,9 +144,17 @@ def filtered_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
         by_table = {t: frames[_arg(t)] for t in tables}
         try:  # a landed file or an asset: checked here, one line
             check_predicates(qdef.query, by_table)
+            labelled = qdef.label_column is not None
             out = run_filtered(
-                qdef.query, by_table, options.pushdown, options.max_pairs, options.retriever
+                qdef.query,
+                by_table,
+                options.pushdown,
+                options.max_pairs,
+                options.retriever,
+                source_rows=labelled,
             )
+            if labelled:  # each row's label, by source row: never an LLM field
+                out = with_labels(qdef.query, by_table, out, qdef.label_column)
         except ValueError as exc:
             raise dg.Failure(str(exc)) from None
         sql = pre_llm_sql(qdef.query, options.pushdown)

@@ -8,9 +8,11 @@ import dagster as dg
 import pandas as pd
 
 from llm_assets.assets.definition import QueryDefinition
+from llm_assets.assets.options import QueryOptionsResource
 from llm_assets.optimizer.schedule import validate_schedule
 from llm_assets.pipeline.filtering import PAIR
 from llm_assets.pipeline.options import QueryOptions
+from llm_assets.pipeline.quality import answer_count, parse_rate, parse_rate_problems
 from llm_assets.pipeline.results import accounting
 from llm_assets.pipeline.rows import INPUT, ROW, SKIP
 from llm_assets.query import LLMQuery
@@ -186,7 +188,8 @@ def _result(problems: list[str], **metadata) -> dg.AssetCheckResult:
 
 def stage_checks(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
     """Checks of one LLM stage: the plan is a permutation, one response per request, answers
-    obey the output spec (a warning: violations are recorded, not coerced)."""
+    obey the output spec (a warning: violations are recorded, not coerced), and the parse
+    rate is at least `min_parse_rate` (an error, not blocking)."""
     s = qdef.stage_suffix(k)
     partitions = qdef.partitions_def
 
@@ -238,7 +241,32 @@ def stage_checks(qdef: QueryDefinition, k: int, call: LLMCall) -> list:
             metadata={**validation.metadata(), "output_spec": str(call.output)},
         )
 
-    return [plan_is_a_permutation, one_response_per_request, answers_obey_output_spec]
+    @dg.asset_check(
+        asset=qdef.key(f"llm_outputs{s}"),
+        name="parse_rate_at_least",
+        blocking=False,
+        partitions_def=partitions,
+    )
+    def parse_rate_at_least(llm_outputs: pd.DataFrame, options: QueryOptionsResource):
+        """At least `min_parse_rate` of the stage's answers are in the output spec's allowed
+        form (`quality.parse_rate`; a stage without answers passes). Not blocking: the
+        answers stay recorded in `result`, the check is red."""
+        minimum = options.apply(qdef.options).min_parse_rate
+        problems = parse_rate_problems(llm_outputs, minimum)
+        rate = parse_rate(llm_outputs)
+        return _result(
+            problems,
+            parse_rate=None if rate is None else round(rate, 6),
+            min_parse_rate=minimum,
+            answers=answer_count(llm_outputs),
+        )
+
+    return [
+        plan_is_a_permutation,
+        one_response_per_request,
+        answers_obey_output_spec,
+        parse_rate_at_least,
+    ]
 
 
 def result_check(qdef: QueryDefinition):

@@ -116,6 +116,12 @@ class LLMQueryComponent(dg.Component, dg.Model, dg.Resolvable):
         None, description="A folder whose files each become a partition and a run."
     )
     description: str | None = Field(None, description="Shown on the query's assets.")
+    label: str | None = Field(
+        None,
+        description="A source column holding each row's expected answer (alias.column where "
+        "several sources have it): the last LLM stage reports accuracy against it; it is "
+        "never sent to the model.",
+    )
     translation: ResolvedTranslation | None = Field(
         None,
         description="Dagster asset attributes set on every generated asset (tags, owners, "
@@ -148,6 +154,7 @@ class LLMQueryComponent(dg.Component, dg.Model, dg.Resolvable):
             engine_key=self.engine_key,
             landing=landing,
             description=self.description,
+            label_column=self.label,
         )
 
     def build_lineage(self, qdef: QueryDefinition) -> dg.Definitions:

@@ -92,6 +92,10 @@ class QueryDefinition:
     engine_key: str = "llm_engine"
     landing: LandingSpec | None = None
     description: str | None = None
+    label_column: str | None = None
+    """A column of a source holding each row's expected answer (`alias.column` where several
+    sources have it): the last LLM stage reports accuracy against it. Never sent to the model
+    unless the query's templates read it (`llm_assets.pipeline.quality`)."""
 
     def __post_init__(self) -> None:
         if NAME.fullmatch(self.name) is None:
@@ -125,6 +129,7 @@ class QueryDefinition:
         engine_key: str = "llm_engine",
         landing: LandingSpec | Mapping | str | None = None,
         description: str | None = None,
+        label_column: str | None = None,
         **options: Any,
     ) -> QueryDefinition:
         """From the loose forms users write (paths as strings, dicts, option keywords)."""
@@ -140,6 +145,7 @@ class QueryDefinition:
             engine_key=engine_key,
             landing=landing,
             description=description,
+            label_column=label_column,
         )
 
     @cached_property

@@ -75,6 +75,7 @@ def llm_query_assets(
     landing: LandingSpec | Mapping | str | None = None,
     description: str | None = None,
     translation: TranslationArg = None,
+    label_column: str | None = None,
     **options: Any,
 ) -> dg.Definitions:
     """The assets, checks (and landing sensor) of query `name`: `sql` is LLM-SQL; `sources`
@@ -88,7 +89,11 @@ def llm_query_assets(
     `(AssetSpec, stage) -> AssetSpec`, or a mapping of attributes set on every asset
     (`{"owners": ["team:data"], "automation_condition": dg.AutomationCondition.eager()}`);
     tags and metadata merge, other attributes replace; keys, deps, group, partitions and
-    skippable cannot change (`llm_assets.assets.translation`)."""
+    skippable cannot change (`llm_assets.assets.translation`).
+
+    `label_column` names a source column holding each row's expected answer: the last LLM
+    stage's `llm_outputs` then reports `accuracy` against it (`llm_assets.pipeline.quality`);
+    it is never sent to the model. A column no source has is refused in one line."""
     qdef = QueryDefinition.build(
         name,
         sql,
@@ -96,6 +101,7 @@ def llm_query_assets(
         engine_key=engine_key,
         landing=landing,
         description=description,
+        label_column=label_column,
         **options,
     )
     return lineage(qdef, translation)

@@ -38,6 +38,9 @@ class QueryOptionsResource(dg.ConfigurableResource):
     max_error_rate: float | None = Field(
         None, description="Fail llm_outputs above this share of failed requests."
     )
+    min_parse_rate: float | None = Field(
+        None, description="The parse_rate_at_least check fails below this share of answers."
+    )
     data_label: str | None = Field(
         None, description="Data label in MLflow (default: each source's file, table or asset)."
     )

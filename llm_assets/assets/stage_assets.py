@@ -22,6 +22,7 @@ from llm_assets.assets.builders import (
 from llm_assets.assets.definition import QueryDefinition
 from llm_assets.assets.tracking import log_llm_run
 from llm_assets.pipeline.plan import first_prompt, plan_stage, relquery_id
+from llm_assets.pipeline.quality import SIM_NOTE, quality_metrics, stage_quality
 from llm_assets.pipeline.results import accounting, row_counts, run_answer, run_result
 from llm_assets.pipeline.rows import INPUT, stage_input
 from llm_assets.pipeline.send import StageSend
@@ -45,6 +46,8 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall, execute: Execute 
     (`LLMQueryComponent.execute`; by default `send`)."""
     s = qdef.stage_suffix(k)
     engine_key = qdef.engine_key
+    # the last stage's answers are the ones compared with the label column, if any
+    labelled = qdef.label_column is not None and k == len(qdef.query.llm_calls) - 1
     what = f"LLM stage {k + 1} (its call: {ORDER})" if qdef.reorders_filters else call.name
 
     @dg.multi_asset(
@@ -131,6 +134,7 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall, execute: Execute 
             """Metrics and the MLflow run, also for a stage that then fails its error guard
             (answered requests are in the response cache: a rerun sends the rest)."""
             live = deduped[deduped[INPUT] >= 0]
+            quality = stage_quality(deduped, outputs, this.output, labelled)
             metrics = {
                 "wall_time_s": time.perf_counter() - started,
                 "rows_to_llm": len(live),
@@ -140,11 +144,16 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall, execute: Execute 
                 "cache_hits": sent.cache_hits,
                 "requests_sent": sent.sent,
                 **row_counts(deduped, outputs),
+                **quality_metrics(quality),
             }
             data = qdef.data_label(_partitions(context))
             meta = log_llm_run(
                 context, qdef, options, engine_resource, sent.stats, metrics, data=data
             )
+            if sent.stats.engine == "sim":
+                meta["quality_note"] = SIM_NOTE
+            if labelled:
+                meta["label_column"] = qdef.label_column
             context.add_output_metadata(meta)
 
         stage = StageSend(

@@ -14,6 +14,7 @@ import re
 
 from llm_assets.assets.definition import partitions_label
 from llm_assets.optimizer.cost import PRICING, cost_usd, token_cost_usd
+from llm_assets.pipeline.quality import SIM_NOTE
 from resources.engine import LLMEngine, RunStats
 
 
@@ -39,10 +40,12 @@ def engine_costs(engine: LLMEngine, stats: RunStats) -> dict[str, float]:
 
 def table_columns(metrics) -> list[str]:
     """The metrics MLflow's runs table shows: hit rate, engine time, each cost (self-hosted
-    first), requests; those a run lacks (an unknown hit rate) left out."""
+    first), requests, parse rate and accuracy; those a run lacks (an unknown hit rate, no
+    label) left out."""
     costs = [k for k in metrics if k.startswith("cost_usd_")]
     costs.sort(key=lambda k: "self_hosted" not in k)
-    return [k for k in ("token_hit_rate", "engine_time_s", *costs, "n_requests") if k in metrics]
+    shown = ("token_hit_rate", "engine_time_s", *costs, "n_requests", "parse_rate", "accuracy")
+    return [k for k in shown if k in metrics]
 
 
 def short_data_label(data: str) -> str:
@@ -114,6 +117,8 @@ def log_llm_run(context, qdef, options, engine_resource, stats: RunStats, extra,
         "asset_key": asset,
         "engine": stats.engine,
         "cached_tokens": "unknown" if unknown else "reported",
+        # the sim's answers are placeholders: its parse rate and accuracy are no model's
+        **({"quality_note": SIM_NOTE} if stats.engine == "sim" else {}),
         **(
             {"partition": partitions_label(context.partition_keys)}
             if context.has_partition_key or context.has_partition_key_range

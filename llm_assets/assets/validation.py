@@ -38,7 +38,7 @@ def _fingerprint(qdef: QueryDefinition) -> tuple | None:
         except OSError:
             return None
         files.append((table, spec.model_dump_json(), tuple(stats)))
-    return (qdef.name, qdef.sql, qdef.options.model_dump_json(), tuple(files))
+    return (qdef.name, qdef.sql, qdef.options.model_dump_json(), qdef.label_column, tuple(files))
 
 
 def check_sources(qdef: QueryDefinition) -> None:
@@ -56,6 +56,7 @@ def check_sources(qdef: QueryDefinition) -> None:
 
 
 def _check_sources(qdef: QueryDefinition) -> None:
+    from llm_assets.pipeline.quality import resolve_label
     from llm_assets.pipeline.typecheck import check_predicates
 
     tables = {}
@@ -70,5 +71,8 @@ def _check_sources(qdef: QueryDefinition) -> None:
         return
     try:
         check_predicates(qdef.query, tables)
+        if qdef.label_column and set(tables) >= {s.table for s in qdef.query.sources}:
+            columns = {t: list(frame.column_names) for t, frame in tables.items()}
+            resolve_label(qdef.query, columns, qdef.label_column)
     except ValueError as exc:
         raise type(exc)(f"query {qdef.name!r}: {exc}") from None

@@ -88,6 +88,18 @@ PAIR = "_pair_"
 """In a semantic join's `filtered`: `_pair_<alias>` is the pair's row number in that source."""
 
 
+SOURCE_ROWS = "_src_"
+"""In `filtered` (not a semantic join's): `_src_<i>` is the row's row number in source i."""
+
+
+def source_row_column(query: LLMQuery, alias: str) -> str:
+    """The column of `filtered` holding each row's row number in source `alias`'s table:
+    `_pair_<alias>` in a semantic join, else `_src_<i>` (i: the alias's place in the query)."""
+    if query.semantic_joins:
+        return f"{PAIR}{alias}"
+    return f"{SOURCE_ROWS}{[s.alias for s in query.sources].index(alias)}"
+
+
 def pair_sides(query: LLMQuery, pairs: pd.DataFrame) -> dict[str, int]:
     """Per source alias, how many of its rows a semantic join's candidate `pairs` hold."""
     return {s.alias: int(pairs[f"{PAIR}{s.alias}"].nunique()) for s in query.sources}
@@ -137,12 +149,13 @@ def run_filtered(
     pushdown: bool,
     max_pairs: int | None = None,
     retriever: str = "tfidf",
+    source_rows: bool = False,
 ) -> pd.DataFrame:
     """`filtered_rows`, with any DuckDB error of the pre-LLM SQL (one the predicate type check
     did not foresee) as a one-line ValueError naming the query: the CLI, `run_query` and the
     `filtered` asset all stop on it before anything is sent."""
     try:
-        return filtered_rows(query, tables, pushdown, max_pairs, retriever)
+        return filtered_rows(query, tables, pushdown, max_pairs, retriever, source_rows)
     except duckdb.Error as exc:
         first = " ".join(str(exc).splitlines()[0].split())
         raise ValueError(f"query {query.name!r}: the SQL before the LLM failed: {first}") from exc
@@ -154,6 +167,7 @@ def filtered_rows(
     pushdown: bool,
     max_pairs: int | None = None,
     retriever: str = "tfidf",
+    source_rows: bool = False,
 ) -> pd.DataFrame:
     """Every row of the join of the sources, numbered `_row` in stored order (by row number in
     the largest source, then in the others; never sorted on values, so the FIFO baseline sees
@@ -166,7 +180,8 @@ def filtered_rows(
     A semantic join's rows are its candidate pairs (with `pushdown`, those its predicates
     keep; with top-k blocking, only each row's nearest by `retriever`: `nearest_pairs`),
     counted first and refused over `max_pairs` (`check_pairs`); each row keeps its source rows
-    as `_pair_<alias>`."""
+    as `_pair_<alias>`; with `source_rows`, every row keeps them (`source_row_column`: a
+    label column is read by them, `quality.with_labels`)."""
     from llm_assets.pipeline.retrieval import nearest_pairs
 
     check_columns(query, {t: list(_columns(frame)) for t, frame in tables.items()})
@@ -190,7 +205,7 @@ def filtered_rows(
             con.register(f"_raw{i}", table)
             con.execute(_typed_view(f"_t{i}", f"_raw{i}", table, typed.get(source.alias, ())))
             relation[source.table] = f"_t{i}"
-        rows = {s.alias: f"_src_{i}" for i, s in enumerate(query.sources)}
+        rows = {s.alias: f"{SOURCE_ROWS}{i}" for i, s in enumerate(query.sources)}
         pairs = {}
         by_alias = {s.alias: relation[s.table] for s in query.sources}
         for n, join in enumerate(j for j in query.semantic_joins if j.top_k is not None):
@@ -222,8 +237,8 @@ def filtered_rows(
     del frame
     names = query.output_names()
     columns = [names[c] for c in query.columns_needed()] + list(rows.values()) + ["_skip"]
-    semantic_rows = [] if query.semantic_joins else list(rows.values())
-    keep = [c for c in columns if c not in semantic_rows]
+    dropped = [] if query.semantic_joins or source_rows else list(rows.values())
+    keep = [c for c in columns if c not in dropped]
     frame = pd.DataFrame({c: parts.pop(c) for c in keep}, copy=False)  # no column copied
     del parts
     if query.semantic_joins:  # each pair's source rows, for the no-duplicate-pair check

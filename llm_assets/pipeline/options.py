@@ -87,7 +87,14 @@ class QueryOptions(BaseModel):
     max_error_rate: float = Field(
         0.01, description="Fail llm_outputs when a larger share of requests fail."
     )
+    min_parse_rate: float = Field(
+        0.9,
+        description="The `parse_rate_at_least` check of each LLM stage fails when a smaller "
+        "share of its answers is in the output spec's allowed form (answers: requests that "
+        "did not fail).",
+    )
     retriever: Retriever = Field("tfidf", description="Index behind similarity_search.")
+
     order_llm_filters: bool = Field(
         True,
         description="Run several LLM predicates cheapest first (cost / (1 - selectivity), "
@@ -103,11 +110,11 @@ class QueryOptions(BaseModel):
             raise ValueError(f"{info.field_name} must be >= 1, got {value}")
         return value
 
-    @field_validator("max_error_rate")
+    @field_validator("max_error_rate", "min_parse_rate")
     @classmethod
-    def _share(cls, value: float) -> float:
+    def _share(cls, value: float, info) -> float:
         if not 0.0 <= value <= 1.0:
-            raise ValueError(f"max_error_rate must be in [0, 1], got {value}")
+            raise ValueError(f"{info.field_name} must be in [0, 1], got {value}")
         return value
 
     def merged(self, overrides: Mapping[str, Any]) -> QueryOptions:

@@ -69,13 +69,15 @@ def run_query(
     send: bool = True,
     cache=None,
     progress: Callable[[str], Progress] | None = None,
+    label: str | None = None,
 ) -> QueryRun:
     """Run every stage of `query` over `tables` on `engine`. With `send=False` only the first
     LLM stage is planned and nothing is sent but the filter order's sample (`plan_query`
     predicts every stage). A predicate that cannot run on the tables' types
     (`typecheck.check_predicates`) or any other DuckDB error of the pre-LLM SQL is a one-line
-    ValueError, raised before anything is sent."""
-    query, base, order = prepare(query, tables, options, engine)
+    ValueError, raised before anything is sent; so is a `label` column (each row's expected
+    answer, carried as `quality.LABEL`, never sent) that no source has."""
+    query, base, order = prepare(query, tables, options, engine, label)
     run = QueryRun(base=base, filter_order=order)
     if not send and query.llm_calls:
         call = query.llm_calls[0]
@@ -95,16 +97,28 @@ def prepare(
     tables: Mapping[str, pa.Table | pd.DataFrame],
     options: QueryOptions,
     engine: LLMEngine,
+    label: str | None = None,
 ) -> tuple[LLMQuery, pd.DataFrame, FilterOrder | None]:
     """Everything before the first LLM stage: (the query with its LLM filters in run order,
-    every row of the join with `_skip` and any retrieved fields, the filter order or None).
-    A predicate that cannot run on the tables' types or another DuckDB error of the pre-LLM
-    SQL is a one-line ValueError, raised before anything is sent (the order sample aside)."""
+    every row of the join with `_skip`, any retrieved fields and, with a `label` column, each
+    row's label (`quality.with_labels`), the filter order or None). A predicate that cannot
+    run on the tables' types, another DuckDB error of the pre-LLM SQL or a label column no
+    source has is a one-line ValueError, raised before anything is sent."""
+    from llm_assets.pipeline.quality import with_labels
     from llm_assets.pipeline.typecheck import check_predicates
     from llm_assets.planning import in_order
 
     check_predicates(query, tables)  # one line, before anything is sent
-    filtered = run_filtered(query, tables, options.pushdown, options.max_pairs, options.retriever)
+    filtered = run_filtered(
+        query,
+        tables,
+        options.pushdown,
+        options.max_pairs,
+        options.retriever,
+        source_rows=label is not None,
+    )
+    if label is not None:
+        filtered = with_labels(query, tables, filtered, label)
     base = retrieve(query, tables, filtered, options.retriever) if query.retrievals else filtered
     order = (
         estimate_filter_order(query, base, options, engine) if options.order_llm_filters else None
