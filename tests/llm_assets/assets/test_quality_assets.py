@@ -8,17 +8,18 @@ import dataclasses
 import dagster as dg
 import pandas as pd
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 
 from jobs.resources import resources_for
 from llm_assets import llm_query_assets
-from llm_assets.assets.component import LLMQueryComponent
 from llm_assets.assets.options import QueryOptionsResource
 from llm_assets.pipeline.quality import SIM_NOTE
 from resources.engine import RunResult
 from resources.llm_resources import LLMEngineResource
 from resources.tracking import default_tracking_uri
 from tests.llm_assets.answering import AnsweringEngine
+from tests.llm_assets.assets.test_sources_at_load import load_component, load_error
 
 SQL = (
     "SELECT r.id, LLM('Is this review positive? {review}', r.review, "
@@ -115,6 +116,10 @@ def test_parse_rate_check_passes_on_answers_in_the_spec(reviews):
     check, meta = materialize(reviews)  # the simulated engine answers yes or no
     assert check.passed and check.metadata["parse_rate"].value == 1.0
     assert meta["parse_rate"] == 1.0 and meta["quality_note"] == SIM_NOTE
+    (run,) = MlflowClient(default_tracking_uri()).search_runs(
+        [e.experiment_id for e in MlflowClient(default_tracking_uri()).search_experiments()]
+    )
+    assert run.data.metrics["parse_rate"] == 1.0 and run.data.tags["quality_note"] == SIM_NOTE
     assert "accuracy" not in meta and "label_column" not in meta  # no label, no accuracy
 
 
@@ -155,13 +160,26 @@ def test_the_label_is_never_sent(reviews):
     assert not [p for p in SENT if SECRET in p or "gold" in p]
 
 
-def test_a_label_column_that_is_not_there_is_refused_in_one_line(reviews, tmp_path):
+def test_a_label_column_that_is_not_there_is_refused_in_one_line(reviews, tmp_path, monkeypatch):
     with pytest.raises(ValueError) as error:
         llm_query_assets("q", SQL, sources={"reviews": str(reviews)}, label_column="answer")
     message = str(error.value)
     assert "\n" not in message and "'answer'" in message and "id, review, gold" in message
-    component = LLMQueryComponent(sql=SQL, sources={"reviews": "reviews.csv"}, label="gold")
-    assert component.query_definition(tmp_path).label_column == "gold"
+    # the component's YAML, loaded as `dg check defs` loads it
+    attributes = {"sql": SQL, "sources": {"reviews": "reviews.csv"}}
+    files = {"reviews.csv": reviews}
+
+    def component(label: str) -> str:
+        return yaml.safe_dump(
+            {"type": "llm_assets.LLMQueryComponent", "attributes": {**attributes, "label": label}}
+        )
+
+    message = load_error(tmp_path / "bad", monkeypatch, component("answer"), files)
+    assert "\n" not in message and message.startswith(str(tmp_path / "bad"))
+    assert "defs.yaml: query 'my_reviews': label column 'answer' is not a column" in message
+    assert "id, review, gold" in message
+    defs, _ = load_component(tmp_path / "good", monkeypatch, component("gold"), files)
+    assert any(dg.AssetKey(["my_reviews", "llm_outputs"]) in a.keys for a in defs.assets)
 
 
 def test_an_upstream_assets_missing_label_column_fails_filtered_before_any_request(reviews):
