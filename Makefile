@@ -81,7 +81,8 @@ models: $(STAMP)
 # The engine starts llama-server and stops it when the run ends.
 demo-real: $(STAMP) models llama-server
 	$(VENV)/bin/llm-assets run docs/examples/sentiment.sql --table reviews=docs/examples/reviews.csv \
-		--engine llama_cpp --model smollm2-135m --out $(HOME_DIR)/demo_real.csv --no-cache
+		--engine llama_cpp --model smollm2-135m --label-column label --out $(HOME_DIR)/demo_real.csv \
+		--no-cache
 	@echo "every row with its status and answer: $(HOME_DIR)/demo_real.csv"
 
 # vllm-router (pinned in pyproject's `router` extra) for tests/benchmarks/test_vllm_router.py.

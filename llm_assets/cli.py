@@ -26,7 +26,15 @@ from llm_assets.cli_inputs import (
     query_options,
     read_sql,
 )
-from llm_assets.cli_reports import ProgressBar, plan_table, quality_report, stats_report
+from llm_assets.cli_reports import (
+    ProgressBar,
+    pairs_report,
+    plan_table,
+    prefix_sides,
+    quality_report,
+    stage_report,
+    stats_report,
+)
 
 
 @click.group()
@@ -77,7 +85,8 @@ def reorder(input_path: Path, fields: str | None, method: str, out: Path | None)
 
 # ---- run and plan ----------------------------------------------------------------------------
 
-ENGINES = ("sim", "openai", "vllm")
+ENGINES = ("sim", "openai", "vllm", "llama_cpp")
+SIM_MODEL = "llama-2-7b"
 
 
 @dataclass(frozen=True)
@@ -86,13 +95,15 @@ class Switches:
 
     engine: str
     gpu: str
-    model: str
+    model: str | None
     policy: str
     no_prefix_cache: bool
     system_prompt: str | None
     max_tokens: int | None
     no_dedup: bool
     no_pushdown: bool
+    no_field_reorder: bool
+    field_order_guard: float | None
     null_policy: str | None
     context_policy: str | None
     prompt_style: str | None
@@ -103,6 +114,8 @@ class Switches:
             method=method,
             dedup=not self.no_dedup,
             pushdown=not self.no_pushdown,
+            reorder_fields=not self.no_field_reorder,
+            field_order_guard=self.field_order_guard,
             system_prompt=self.system_prompt,
             max_tokens=self.max_tokens,
             null_policy=self.null_policy,
@@ -117,17 +130,24 @@ class Switches:
         )
 
 
-def build_engine(engine: str, gpu: str, model: str, policy: str, prefix_cache: bool):
+def build_engine(engine: str, gpu: str, model: str | None, policy: str, prefix_cache: bool):
     """An engine for the CLI, built the one way the code location builds it
     (`resources.llm_resources.engine_resource`): the simulated one from the switches, or a
-    real one from the environment (LLM_ASSETS_OPENAI_BASE_URL, _MODEL, _API_KEY and
-    LLM_ASSETS_OPENAI_<OPTION>; LLM_ASSETS_VLLM_MODEL and LLM_ASSETS_VLLM_<OPTION>). A
-    missing or bad setting is that function's one-line error."""
+    real one from `--model` and the environment (LLM_ASSETS_OPENAI_BASE_URL, _MODEL, _API_KEY
+    and LLM_ASSETS_OPENAI_<OPTION>; LLM_ASSETS_VLLM_MODEL and LLM_ASSETS_VLLM_<OPTION>;
+    LLM_ASSETS_LLAMA_CPP_<OPTION>). A missing or bad setting (a model or llama-server not
+    installed) is that function's one-line error."""
     from resources.llm_resources import engine_resource
 
-    fields: dict = {} if prefix_cache or engine == "openai" else {"enable_prefix_caching": False}
+    fields: dict = {}
+    if not prefix_cache and engine in ("sim", "vllm"):
+        fields["enable_prefix_caching"] = False
+    elif not prefix_cache and engine == "llama_cpp":
+        fail("--no-prefix-cache: llama_cpp always reuses a slot's cached prefix")
     if engine == "sim":
-        fields.update(gpu=gpu, model=model, policy=policy)
+        fields.update(gpu=gpu, model=model or SIM_MODEL, policy=policy)
+    elif model is not None:
+        fields["model"] = model
     try:
         return engine_resource(engine, **fields).build_engine()
     except ValueError as exc:
@@ -139,13 +159,31 @@ def engine_options(f):
         [
             click.option("--engine", type=click.Choice(ENGINES), default="sim", show_default=True),
             click.option("--gpu", default="L4", show_default=True, help="Simulated GPU."),
-            click.option("--model", default="llama-2-7b", show_default=True, help="Sim model."),
+            click.option(
+                "--model",
+                default=None,
+                help=f"sim: the simulated model (default {SIM_MODEL}); llama_cpp: a bundled "
+                "model (smollm2-135m, the default; gemma3-270m) or a GGUF file.",
+            ),
             click.option("--policy", default="vllm-v1", show_default=True, help="Sim scheduler."),
             click.option("--no-prefix-cache", is_flag=True, help="Disable prefix caching."),
             click.option("--system-prompt", default=None, help="Sent before each instruction."),
             click.option("--max-tokens", type=int, default=None, help="Generation limit."),
             click.option("--no-dedup", is_flag=True, help="Send duplicate inputs again."),
             click.option("--no-pushdown", is_flag=True, help="Run predicates after the LLM."),
+            click.option(
+                "--no-field-reorder",
+                is_flag=True,
+                help="Keep every prompt's fields in the written order (rows still reordered).",
+            ),
+            click.option(
+                "--field-order-guard",
+                type=float,
+                default=None,
+                metavar="SHARE",
+                help="Answer a sample in the written and the planned field order first; keep "
+                "the planned one only if the 95% lower bound of their agreement >= SHARE.",
+            ),
             click.option(
                 "--null-policy", type=click.Choice(["skip", "empty", "fail"]), default=None
             ),
@@ -214,6 +252,7 @@ def run_command(query_path, tables, method, out, cache, chunk_size, label_column
     from llm_assets.data.writers import write_table
     from llm_assets.pipeline.results import answer_records
     from llm_assets.pipeline.run import run_query
+    from resources.llama_cpp.server import ServerStartError
     from resources.response_cache import CacheLockTimeout
     from resources.runner import TooManyErrors
 
@@ -239,7 +278,7 @@ def run_command(query_path, tables, method, out, cache, chunk_size, label_column
         run = run_query(
             query, frames, options, llm, cache=responses, progress=ProgressBar(), label=label_column
         )
-    except (ValueError, CacheLockTimeout) as exc:
+    except (ValueError, CacheLockTimeout, ServerStartError) as exc:
         fail(str(exc))
     except TooManyErrors as exc:
         fail(f"{exc}{kept}")
@@ -338,61 +377,6 @@ def plan_command(query_path, tables, methods, as_json, **switches):
         }
         del planned, stage, sim  # reported: free them before the next method plans
     click.echo(json.dumps(report) if as_json else plan_table(report))
-
-
-def stage_report(stage, sim) -> dict:
-    """One predicted LLM stage: its rows (reaching it, sent to the LLM, the sampled share of
-    rows the earlier stages let through) and `stats_report`'s figures less wall time."""
-    figures = stats_report(stage.stats, sim, 0.0)
-    del figures["wall_time_s"]
-    return {
-        "llm_call": stage.call.name,
-        "rows": stage.rows,
-        "rows_to_llm": stage.rows_to_llm,
-        "share": round(stage.share, 4),
-        **figures,
-        "priced_on": stage.priced_on.report() if stage.priced_on else None,
-    }
-
-
-def pairs_report(query, pairs, options) -> dict:
-    """A semantic join's candidate pairs: how many, each side's rows among them, the bound,
-    how each join is blocked (top-k, an equi-key, or none: the cross product, less the pairs
-    a predicate over both sides, as `a.id < b.id`, drops)."""
-    from llm_assets.pipeline.filtering import pair_sides
-
-    sides = pair_sides(query, pairs)
-    aliases = [s.alias for s in query.sources]
-    blocking = {j.alias: _blocking(query, j, aliases) for j in query.semantic_joins}
-    return {"candidate_pairs": len(pairs), "rows": sides, "max_pairs": options.max_pairs,
-            "blocking": blocking, "prefix_side": {}}  # fmt: skip
-
-
-def _blocking(query, join, aliases: list[str]) -> str:
-    if join.top_k:
-        return join.top_k.show()
-    at = aliases.index(join.alias)
-    if query.joins_for(at):
-        return "equi-key"
-    earlier = set(aliases[:at])
-    both = [  # predicates reading this side and an earlier one: they filter the pairs
-        p.sql
-        for p in query.predicates
-        if join.alias in (sides := {c.split(".", 1)[0] for c in p.columns}) and sides & earlier
-    ]
-    return "cross product" + (f" filtered by {' AND '.join(both)}" if both else "")
-
-
-def prefix_sides(query, plan) -> dict[str, int]:
-    """Per source alias, how many of the plan's prompts open with one of its fields (the side
-    whose values form the shared prefix: the ordering's choice for a semantic join)."""
-    alias_of = {name: column.split(".", 1)[0] for column, name in query.output_names().items()}
-    firsts = [order.split(",", 1)[0] for order in plan["field_order"]]
-    counts = {s.alias: 0 for s in query.sources}
-    for name in firsts:
-        if name in alias_of:
-            counts[alias_of[name]] += 1
-    return counts
 
 
 @main.command()

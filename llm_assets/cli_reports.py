@@ -167,6 +167,19 @@ def plan_table(report: dict) -> str:
     if shown and methods[shown]["first_prompt"] is not None:
         lines += ["", f"the first prompt {shown} sends, exactly as the model receives it:"]
         lines += ["  | " + line for line in methods[shown]["first_prompt"].split("\n")]
+    guards = [
+        (name, stage["llm_call"], stage["field_order_guard"])
+        for name, m in methods.items()
+        for stage in m["stages"]
+        if "field_order_guard" in stage
+    ]
+    if guards:
+        lines += ["", "field-order guard:"]
+        lines += [
+            f"  {name} {call}: {g['verdict']}: {g['reason']} ({g['requests']:,} requests, "
+            f"{g['share_of_stage_chars']:.1%} of the stage's prompt characters)"
+            for name, call, g in guards
+        ]
     lines += ["", "rows: rows reaching the stage; engine s: simulated seconds; "
               "--json prints every figure"]  # fmt: skip
     return "\n".join(lines)
@@ -177,7 +190,8 @@ def quality_report(stages, label: str | None, engine: str) -> dict:
     of every LLM stage, and per stage under `stages`; with a `label` column, the last stage's
     (`labelled_call`) `accuracy`, its 95% Wilson interval `accuracy_ci95`, `n_labelled` and,
     for a text output, `f1` (null without a label); on the simulated engine a `note` that its
-    answers are placeholders, not a model's."""
+    answers are placeholders, not a model's. A stage the field-order guard judged carries its
+    decision and `agreement` under `field_order_guard` (`guard_report`)."""
     from llm_assets.pipeline.quality import SIM_NOTE, answer_count, parse_rate, stage_quality
 
     report = {
@@ -188,6 +202,7 @@ def quality_report(stages, label: str | None, engine: str) -> dict:
                 "llm_call": s.call.name,
                 "answers": answer_count(s.outputs),
                 "parse_rate": _rounded(parse_rate(s.outputs)),
+                **guard_report(s.guard),  # its agreement between the two field orders
             }
             for s in stages
         ],  # fmt: skip
@@ -212,3 +227,66 @@ def _rounded(value):
     if isinstance(value, float):
         return round(value, 6)
     return [_rounded(v) for v in value] if isinstance(value, list) else value
+
+
+def stage_report(stage, sim) -> dict:
+    """One predicted LLM stage: its rows (reaching it, sent to the LLM, the sampled share of
+    rows the earlier stages let through) and `stats_report`'s figures less wall time."""
+    figures = stats_report(stage.stats, sim, 0.0)
+    del figures["wall_time_s"]
+    return {
+        "llm_call": stage.call.name,
+        "rows": stage.rows,
+        "rows_to_llm": stage.rows_to_llm,
+        "share": round(stage.share, 4),
+        **figures,
+        "priced_on": stage.priced_on.report() if stage.priced_on else None,
+        **guard_report(stage.guard),
+    }
+
+
+def guard_report(guard) -> dict:
+    """`{"field_order_guard": ...}` when the guard was asked for (`pipeline.guard`), else {}."""
+    if guard is None or guard.verdict == "off":
+        return {}
+    return {"field_order_guard": guard.report()}
+
+
+def pairs_report(query, pairs, options) -> dict:
+    """A semantic join's candidate pairs: how many, each side's rows among them, the bound,
+    how each join is blocked (top-k, an equi-key, or none: the cross product, less the pairs
+    a predicate over both sides, as `a.id < b.id`, drops)."""
+    from llm_assets.pipeline.filtering import pair_sides
+
+    sides = pair_sides(query, pairs)
+    aliases = [s.alias for s in query.sources]
+    blocking = {j.alias: _blocking(query, j, aliases) for j in query.semantic_joins}
+    return {"candidate_pairs": len(pairs), "rows": sides, "max_pairs": options.max_pairs,
+            "blocking": blocking, "prefix_side": {}}  # fmt: skip
+
+
+def _blocking(query, join, aliases: list[str]) -> str:
+    if join.top_k:
+        return join.top_k.show()
+    at = aliases.index(join.alias)
+    if query.joins_for(at):
+        return "equi-key"
+    earlier = set(aliases[:at])
+    both = [  # predicates reading this side and an earlier one: they filter the pairs
+        p.sql
+        for p in query.predicates
+        if join.alias in (sides := {c.split(".", 1)[0] for c in p.columns}) and sides & earlier
+    ]
+    return "cross product" + (f" filtered by {' AND '.join(both)}" if both else "")
+
+
+def prefix_sides(query, plan) -> dict[str, int]:
+    """Per source alias, how many of the plan's prompts open with one of its fields (the side
+    whose values form the shared prefix: the ordering's choice for a semantic join)."""
+    alias_of = {name: column.split(".", 1)[0] for column, name in query.output_names().items()}
+    firsts = [order.split(",", 1)[0] for order in plan["field_order"]]
+    counts = {s.alias: 0 for s in query.sources}
+    for name in firsts:
+        if name in alias_of:
+            counts[alias_of[name]] += 1
+    return counts

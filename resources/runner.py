@@ -2,7 +2,8 @@
 
 `run_requests(engine, relquery_id, requests, cache=...)`:
 
-1. looks every request up in the cache (`EngineKey.request_key`);
+1. looks every request up in `answered` (answers this run already paid for) and the cache
+   (`EngineKey.request_key`; `cache_hits` counts both);
 2. sends only the missing ones to `engine.run`, in submission order, `chunk_size` at a time
    (`chunk_size x engine.num_replicas` for a fleet: each replica gets a chunk's worth);
 3. after each chunk, commits its successful responses to the cache BEFORE starting the next
@@ -38,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from resources.engine import LLMEngine, Request, Response, RunStats
@@ -49,6 +50,7 @@ __all__ = [
     "RunOutcome",
     "TooManyErrors",
     "raise_if_too_many_errors",
+    "request_keys",
     "run_requests",
     "with_max_tokens",
 ]
@@ -125,11 +127,14 @@ def run_requests(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     progress: Progress | None = None,
     engine_key: EngineKey | None = None,
+    answered: Mapping[str, Response] | None = None,
 ) -> RunOutcome:
     """Serve `requests` with `engine`, reusing `cache` and committing each chunk to it.
 
     `cache=None` (or a disabled cache) sends every request. `engine_key` (default
-    `EngineKey.of(engine)`) decides which cached answers count as this engine's. `progress`
+    `EngineKey.of(engine)`) decides which cached answers count as this engine's. `answered`
+    holds answers this run already paid for, by request key (`request_keys`; the quality
+    guard's sample): they are reused like cache hits, also with the cache off. `progress`
     is called with (requests done, total) once after the cache lookup and after each committed
     chunk. An engine that breaks its contract (wrong number or ids of responses) raises
     `RuntimeError`; chunks committed before it stay committed.
@@ -141,8 +146,10 @@ def run_requests(
     total = len(requests)
     key_of = engine_key or EngineKey.of(engine)
     cache = cache if cache is not None else ResponseCache.disabled()
-    keys = [key_of.request_key(r) for r in requests] if cache.enabled else []
+    keys = request_keys(engine, requests, key_of) if cache.enabled or answered else []
     found = cache.get_many(keys) if cache.enabled else {}
+    if answered:
+        found = {**found, **{k: answered[k] for k in keys if k in answered}}
 
     responses: list[Response | None] = [None] * total
     missing: list[int] = []
@@ -217,6 +224,15 @@ def run_requests(
         failed,
     )
     return outcome
+
+
+def request_keys(
+    engine: LLMEngine, requests: Sequence[Request], key_of: EngineKey | None = None
+) -> list[str]:
+    """Each request's response-cache key as `run_requests` computes it (after the engine's
+    output budget override, `with_max_tokens`)."""
+    key_of = key_of or EngineKey.of(engine)
+    return [key_of.request_key(r) for r in with_max_tokens(requests, engine.max_tokens)]
 
 
 def raise_if_too_many_errors(outcome: RunOutcome, max_error_rate: float, *, show: int = 3) -> None:

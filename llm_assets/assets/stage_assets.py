@@ -21,7 +21,8 @@ from llm_assets.assets.builders import (
 )
 from llm_assets.assets.definition import QueryDefinition
 from llm_assets.assets.tracking import log_llm_run
-from llm_assets.pipeline.plan import first_prompt, plan_stage, relquery_id
+from llm_assets.pipeline.guard import guarded_plan
+from llm_assets.pipeline.plan import first_prompt, relquery_id
 from llm_assets.pipeline.quality import SIM_NOTE, quality_metrics, stage_quality
 from llm_assets.pipeline.results import accounting, row_counts, run_answer, run_result
 from llm_assets.pipeline.rows import INPUT, stage_input
@@ -68,14 +69,22 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall, execute: Execute 
         group_name=qdef.name,
         partitions_def=qdef.partitions_def,
         backfill_policy=qdef.backfill_policy,
-        required_resource_keys=COMMON | {engine_key},
+        # the response cache: the field-order guard's sample answers are stored there, so
+        # llm_outputs reuses them
+        required_resource_keys=COMMON | {engine_key, "response_cache"},
     )
     def plan(context: dg.AssetExecutionContext, **ins):
         options = _options(context, qdef)
         engine = getattr(context.resources, engine_key).engine
         rows = stage_input(ins["base"], qdef.query, _previous(qdef, k, ins))
         started = time.perf_counter()
-        deduped, planned = plan_stage(qdef.query, _calls(qdef, ins)[k], rows, options, engine)
+        cache = context.resources.response_cache.cache()
+        call = _calls(qdef, ins)[k]
+        deduped, planned, guard, _ = guarded_plan(
+            qdef.query, call, rows, options, engine, cache=cache
+        )
+        if guard.verdict != "off":
+            context.log.info(f"{relquery_id(qdef.query, call)}: field-order guard: {guard.reason}")
         live = deduped[deduped[INPUT] >= 0]
         yield dg.Output(
             deduped,
@@ -98,6 +107,7 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall, execute: Execute 
                 "too_long": int(planned["error"].notna().sum()),
                 "prompt_style": options.prompt_style,
                 "first_prompt": dg.MetadataValue.text(first_prompt(planned) or ""),
+                "field_order_guard": dg.MetadataValue.json(guard.report()),
             },
         )
 
@@ -145,6 +155,7 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall, execute: Execute 
                 "requests_sent": sent.sent,
                 **row_counts(deduped, outputs),
                 **quality_metrics(quality),
+                **guard_metrics(context, qdef.key(f"request_plan{s}")),
             }
             data = qdef.data_label(_partitions(context))
             meta = log_llm_run(
@@ -170,6 +181,31 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall, execute: Execute 
         return outputs
 
     return [plan, llm_outputs, *checks.stage_checks(qdef, k, call)]
+
+
+def guard_metrics(context: dg.AssetExecutionContext, plan_key: dg.AssetKey) -> dict:
+    """The field-order guard's figures (`pipeline.guard`) as `guard_*` metrics for the stage's
+    MLflow run, read from this run's materialization of its request_plan (where the guard
+    decided); {} when the guard was off. `guard_kept_planned_order` is 1 or 0."""
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=plan_key, storage_ids=None), limit=5
+    ).records
+    for record in records:
+        if record.run_id != context.run.run_id:
+            continue
+        materialization = record.asset_materialization
+        if context.has_partition_key and materialization.partition != context.partition_key:
+            continue
+        entry = materialization.metadata.get("field_order_guard")
+        guard = entry.value if entry is not None else {}
+        if guard.get("verdict") in (None, "off"):
+            return {}
+        numbers = ("agreement", "agreement_low", "requests", "prompt_tokens", "seconds",
+                   "share_of_stage_chars")  # fmt: skip
+        out = {f"guard_{k}": guard[k] for k in numbers if guard.get(k) is not None}
+        out["guard_kept_planned_order"] = int(guard["verdict"] == "kept planned order")
+        return out
+    return {}
 
 
 # ---- result and answer ------------------------------------------------------------------------

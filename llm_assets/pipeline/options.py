@@ -50,6 +50,20 @@ class QueryOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     method: Method = Field("ggr", description="Row/field reordering of each LLM stage's prompts.")
+    reorder_fields: bool = Field(
+        True,
+        description="Let the reordering move fields within a prompt; False: the written order "
+        "in every prompt, only rows reordered (prompts unchanged).",
+    )
+    field_order_guard: float | None = Field(
+        None,
+        description="Before a stage whose fields the reordering moves, answer a small seeded "
+        "sample in the written and the planned field order; keep the planned one only when "
+        "the 95% lower bound of their agreement is at least this share (None: off).",
+    )
+    guard_sample: int = Field(
+        48, description="Distinct inputs the field-order guard answers in both orders."
+    )
     dedup: bool = Field(True, description="Send each distinct LLM input once.")
     pushdown: bool = Field(True, description="Run non-LLM predicates before the LLM (in DuckDB).")
     prompt_style: PromptStyle = Field(
@@ -94,7 +108,6 @@ class QueryOptions(BaseModel):
         "did not fail).",
     )
     retriever: Retriever = Field("tfidf", description="Index behind similarity_search.")
-
     order_llm_filters: bool = Field(
         True,
         description="Run several LLM predicates cheapest first (cost / (1 - selectivity), "
@@ -103,17 +116,17 @@ class QueryOptions(BaseModel):
 
     # Bounds are checked by validators, not Field(ge=...): Dagster's component schema
     # (Resolvable) cannot carry annotated constraints.
-    @field_validator("max_tokens", "max_prompt_tokens", "chunk_size", "max_pairs")
+    @field_validator("max_tokens", "max_prompt_tokens", "chunk_size", "max_pairs", "guard_sample")
     @classmethod
     def _positive(cls, value: int | None, info) -> int | None:
         if value is not None and value < 1:
             raise ValueError(f"{info.field_name} must be >= 1, got {value}")
         return value
 
-    @field_validator("max_error_rate", "min_parse_rate")
+    @field_validator("max_error_rate", "min_parse_rate", "field_order_guard")
     @classmethod
-    def _share(cls, value: float, info) -> float:
-        if not 0.0 <= value <= 1.0:
+    def _share(cls, value: float | None, info) -> float | None:
+        if value is not None and not 0.0 <= value <= 1.0:
             raise ValueError(f"{info.field_name} must be in [0, 1], got {value}")
         return value
 

@@ -196,6 +196,7 @@ def plan_stage(
     limit, count_tokens = context_limit(engine, options, max_tokens)
     settings = Settings(
         method=options.method,
+        reorder_fields=options.reorder_fields,
         dedup=options.dedup,
         null_policy=options.null_policy,
         max_prompt_tokens=limit,

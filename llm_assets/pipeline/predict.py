@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from llm_assets.optimizer.passes import RULES, dedup
 from llm_assets.pipeline.filter_order import FilterOrder
+from llm_assets.pipeline.guard import FieldOrderGuard, guarded_plan
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.plan import (
     call_max_tokens,
@@ -72,6 +73,8 @@ class StagePrediction:
     priced_on: PriceSample | None = None
     """The windows a large stage was priced from (`pricing.price_stage`); None: every
     request was simulated."""
+    guard: FieldOrderGuard | None = None
+    """What the field-order guard would do (`pipeline.guard`; the sim cannot judge)."""
 
     @property
     def rows_to_llm(self) -> int:
@@ -126,10 +129,13 @@ def plan_query(
         inputs += later_inputs(query, calls, first, options, sampler, out, sample_rows, seed)
     for call, (rows, share) in zip(calls, inputs, strict=True):
         relquery = relquery_id(query, call)
-        deduped, plan = plan_stage(query, call, rows, options, engine, relquery)
+        # on the simulated engine the guard sends nothing: it says what it would sample
+        deduped, plan, guard, _ = guarded_plan(query, call, rows, options, engine, relquery)
         max_tokens = call_max_tokens(call, options)
         stats, priced_on = price_stage(engine, relquery, plan, call, max_tokens, seed=seed)
-        out.stages.append(StagePrediction(call, len(rows), share, deduped, plan, stats, priced_on))
+        out.stages.append(
+            StagePrediction(call, len(rows), share, deduped, plan, stats, priced_on, guard)
+        )
     return out
 
 

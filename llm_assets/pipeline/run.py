@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from llm_assets.pipeline.filter_order import FilterOrder, estimate_filter_order
 from llm_assets.pipeline.filtering import run_filtered
+from llm_assets.pipeline.guard import FieldOrderGuard, guarded_plan
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.plan import plan_stage, relquery_id
 from llm_assets.pipeline.results import accounting, run_answer, run_result
@@ -37,6 +38,8 @@ class StageRun:
     stats: RunStats
     sent: int
     cache_hits: int
+    guard: FieldOrderGuard | None = None
+    """The field-order guard's decision (`pipeline.guard`)."""
 
 
 @dataclass
@@ -143,7 +146,9 @@ def send_stages(
     for call in query.llm_calls:
         rows = stage_input(base, query, previous)
         relquery = relquery_id(query, call)
-        deduped, plan = plan_stage(query, call, rows, options, engine, relquery)
+        deduped, plan, guard, answered = guarded_plan(
+            query, call, rows, options, engine, relquery, cache
+        )
         outputs, sent = send_stage(
             engine,
             relquery,
@@ -152,9 +157,10 @@ def send_stages(
             options,
             cache=cache,
             progress=progress(relquery) if progress else None,
+            answered=answered,
         )
         stages.append(
-            StageRun(call, deduped, plan, outputs, sent.stats, sent.sent, sent.cache_hits)
+            StageRun(call, deduped, plan, outputs, sent.stats, sent.sent, sent.cache_hits, guard)
         )
         previous.append((call, deduped, outputs))
     return stages

@@ -3,7 +3,7 @@ rows (`outputs_frame`), and the one stage runner every caller uses (`send_stage`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -72,6 +72,7 @@ def send_stage(
     cache=None,
     progress: Progress | None = None,
     report: Callable[[pd.DataFrame, RunOutcome], None] | None = None,
+    answered: Mapping[str, Response] | None = None,
 ) -> tuple[pd.DataFrame, RunOutcome]:
     """Send one planned LLM stage and return (`llm_outputs` rows, the runner's outcome). The
     one path every caller takes (`run_query`, the `llm_outputs` asset), in this order:
@@ -79,14 +80,21 @@ def send_stage(
     1. the plan's sendable prompts become requests with the call's generation limit;
     2. they run in chunks of `options.chunk_size` when a response cache commits progress
        (a rerun resends at most one chunk), else as one batch (chunk boundaries drain the
-       engine's batches), answered requests read from `cache` first;
+       engine's batches), answered requests read from `answered` (by request key: answers
+       this run already paid for, the field-order guard's sample) and `cache` first;
     3. the answers become `outputs_frame` rows;
     4. `report(outputs, outcome)` runs (the caller's metrics), also for a stage that fails;
     5. a stopped run or an error rate over `options.max_error_rate` raises `TooManyErrors`."""
     requests = requests_from_plan(plan, call, call_max_tokens(call, options))
     chunk = options.chunk_size if cache is not None and cache.enabled else len(requests)
     outcome = run_requests(
-        engine, relquery, requests, cache=cache, chunk_size=max(1, chunk), progress=progress
+        engine,
+        relquery,
+        requests,
+        cache=cache,
+        chunk_size=max(1, chunk),
+        progress=progress,
+        answered=answered,
     )
     outputs = outputs_frame(plan, outcome.responses, call)
     if report is not None:
@@ -108,6 +116,7 @@ class StageSend:
     cache: object = None
     progress: Progress | None = None
     report: Callable[[pd.DataFrame, RunOutcome], None] | None = None
+    answered: Mapping[str, Response] | None = None
 
     def send(self) -> tuple[pd.DataFrame, RunOutcome]:
         """`send_stage` with these arguments."""
@@ -120,4 +129,5 @@ class StageSend:
             cache=self.cache,
             progress=self.progress,
             report=self.report,
+            answered=self.answered,
         )

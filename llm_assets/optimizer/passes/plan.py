@@ -26,6 +26,8 @@ class Settings:
 
     method: str = "ggr"
     """Row/field order: `original`, `column_stats` or `ggr` (`optimizer.reorder`)."""
+    reorder_fields: bool = True
+    """False: every prompt keeps the fields in the written order; only rows move."""
     dedup: bool = True
     """One request per distinct input (exact match on every field)."""
     null_policy: str = "skip"

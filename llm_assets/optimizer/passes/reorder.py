@@ -1,7 +1,7 @@
 """Pass: the order the distinct inputs are sent in, and each one's field order, chosen for
 the prefix cache (`optimizer.reorder`: GGR by default, never worse than file order or column
-statistics). Under `inline` prompts fields stay where the template puts them and only rows
-move.
+statistics). Under `inline` prompts, or with `Settings.reorder_fields` off, fields stay in the
+written order and only rows move.
 
 >>> import pandas as pd
 >>> from llm_assets.optimizer.passes.plan import Settings, StagePlan
@@ -32,5 +32,6 @@ def reorder_inputs(plan: StagePlan, settings: Settings) -> StagePlan:
         if len(inputs) == 0:
             return plan
         enc = encode(inputs, order)
-    schedule = reorder(enc, method=settings.method, fixed_fields=not plan.fmt.reorders_fields)
+    fixed = not (plan.fmt.reorders_fields and settings.reorder_fields)
+    schedule = reorder(enc, method=settings.method, fixed_fields=fixed)
     return replace(plan, enc=enc, schedule=schedule)
