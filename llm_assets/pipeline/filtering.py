@@ -340,11 +340,13 @@ def fetch_frame(con: duckdb.DuckDBPyConnection, sql: str, drop: Sequence[str] = 
 
 
 def _skip_reason(query: LLMQuery) -> exp.Expression:
-    """CASE WHEN NOT COALESCE(p1, FALSE) THEN 'predicate p1 is false' ... END over output
-    names: the first predicate that removes the row, or NULL."""
+    """CASE WHEN (p1) IS NULL THEN 'predicate p1 is null (unknown)' WHEN NOT (p1) THEN
+    'predicate p1 is false' ... END over output names: the first predicate that removes the
+    row, or NULL."""
     case = exp.Case()
     for sql in post_llm_predicates(query, False):
-        predicate = sqlglot.parse_one(sql, read="duckdb")
-        kept = exp.func("COALESCE", exp.paren(predicate), exp.false())
-        case = case.when(exp.not_(kept), exp.Literal.string(f"predicate {sql} is false"))
+        predicate = exp.paren(sqlglot.parse_one(sql, read="duckdb"))
+        unknown = exp.Is(this=predicate.copy(), expression=exp.null())
+        case = case.when(unknown, exp.Literal.string(f"predicate {sql} is null (unknown)"))
+        case = case.when(exp.not_(predicate), exp.Literal.string(f"predicate {sql} is false"))
     return case if query.predicates else exp.null()

@@ -65,9 +65,10 @@ def run_result(
             reason[dropped] = f"LLM filter {f.call_name} {f.op} {f.value!r} is false"
             passed &= kept
     for predicate in post_llm_predicates(query, pushdown):
-        keep = _evaluate(out, predicate)
+        keep, unknown = _evaluate(out, predicate), _evaluate(out, f"({predicate}) IS NULL")
         dropped = passed & ~keep
-        reason[dropped] = f"predicate {predicate} is false"
+        reason[dropped & ~unknown] = f"predicate {predicate} is false"
+        reason[dropped & unknown] = f"predicate {predicate} is null (unknown)"
         passed &= keep
     out["status"], out["reason"], out["passed"] = status, reason, passed
     return out
