@@ -9,14 +9,15 @@ reset, closed, malformed, timed out) is a retryable `connection error` that coun
 circuit breaker (`dead`), a body over the cap is retryable. A kept lean connection the server
 closed while idle is replaced once, without counting a failure. An HTTP 200 must hold a valid
 completion within the request's usage bounds (`usage_bounds`, `resources.openai_wire`), else
-it is retried like a 5xx; 408/409/429 and 5xx are retryable, 401/403 stop the run, other
-statuses are final.
+it is retried like a 5xx; 408/409/429 and 5xx are retryable, 401/403 stop the run, and so
+does a 404 saying the model does not exist (`model_missing`), other statuses are final.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -48,11 +49,15 @@ __all__ = ["RequestFailed", "post_once", "usage_bounds"]
 
 RETRY_STATUSES = frozenset({408, 409, 429})
 STOP_STATUSES = frozenset({401, 403})
+# vLLM / SGLang "The model `x` does not exist.", OpenAI "... does not exist or you do not have
+# access to it." (code model_not_found), llama.cpp's router "model is not found"
+MODEL_MISSING = re.compile(r"\bmodel\b.*?(?:does not exist|not found)|model_not_found", re.I)
 
 
 class RequestFailed(Exception):
     """One attempt failed. `retryable`: another attempt may succeed; `dead`: the server gave
-    no HTTP reply (counts toward the circuit breaker); `stop`: nothing more should be sent."""
+    no HTTP reply (counts toward the circuit breaker); `stop`: nothing more should be sent,
+    and what the user should check (the API key, the model name), else None."""
 
     def __init__(
         self,
@@ -60,7 +65,7 @@ class RequestFailed(Exception):
         *,
         retryable: bool,
         dead: bool = False,
-        stop: bool = False,
+        stop: str | None = None,
         retry_after_s: float | None = None,
     ) -> None:
         super().__init__(message)
@@ -68,6 +73,12 @@ class RequestFailed(Exception):
         self.dead = dead
         self.stop = stop
         self.retry_after_s = retry_after_s
+
+
+def model_missing(status: int, message: str, body: bytes) -> bool:
+    """The server says the requested model does not exist: a 404 in vLLM's, OpenAI's or
+    llama.cpp's wording (`MODEL_MISSING`); every request of the run would get the same."""
+    return status == 404 and MODEL_MISSING.search(f"{message} {body[:2000]!r}") is not None
 
 
 def usage_bounds(body: dict[str, Any]) -> UsageBounds:
@@ -117,10 +128,15 @@ async def post_once(
                 retryable=True,
             ) from None
     message = engine._redact(error_message(bytes(data), reason))
+    stop = None
+    if status in STOP_STATUSES:
+        stop = "check the API key; it is not shown"
+    elif model_missing(status, message, bytes(data)):
+        stop = f"check the model name {engine.model!r}"
     raise RequestFailed(
         f"HTTP {status}: {message}",
         retryable=status in RETRY_STATUSES or status >= 500,
-        stop=status in STOP_STATUSES,
+        stop=stop,
         retry_after_s=retry_after_s(retry_after),
     )
 

@@ -21,14 +21,15 @@ this module holds the engine's settings, secrets and HTTP plumbing. Invariants:
   uniform factor in [0.5, 1)), or the server's `Retry-After` capped at `max_backoff_s`; a
   `Retry-After` above the cap is logged and named in the request's error if it fails;
   other 4xx are final at once;
-- fail fast: the first 401/403 (on `GET /models` before anything is sent, or on a completion)
-  stops the run: no further request is sent, requests in flight are cancelled, and every
-  unanswered request gets an error naming the one-line reason; `RunResult.stopped` carries
-  it. Likewise after `breaker_failures` consecutive connection failures or timeouts at a
-  server (a circuit breaker per replica; 0 disables it; any HTTP reply resets the count)
-  when it is the last replica alive. On a server
-  that accepts connections and never answers, a run therefore stops after about
-  `ceil(breaker_failures / max_concurrency)` rounds of `timeout_s` (plus backoffs);
+- fail fast: the first 401/403 (on `GET /models` before anything is sent, or on a completion),
+  or a 404 saying the model does not exist (`openai_attempt.model_missing`), stops the run:
+  no further request is sent, requests in flight are cancelled, and every unanswered request
+  gets an error naming the one-line reason; `RunResult.stopped` carries it. Likewise after
+  `breaker_failures` consecutive connection failures or timeouts at a server (a circuit
+  breaker per replica; 0 disables it; any HTTP reply resets the count) when it is the last
+  replica alive. On a server that accepts connections and never answers, a run therefore
+  stops after about `ceil(breaker_failures / max_concurrency)` rounds of `timeout_s` (plus
+  backoffs);
 - replicas: `base_url` may list several servers (comma-separated, or `base_urls`); the
   run is planned over them by `resources.fleet_plan` (routing `affinity`: each prefix group
   on one replica, replicas balanced by token mass; `round_robin`: request i to replica

@@ -143,8 +143,8 @@ async def serve_request(
 def _count_failure(
     engine: OpenAIEngine, failure: RequestFailed, state: RunState, last: str, replica: Replica
 ) -> None:
-    if failure.stop:
-        state.stop(f"stopped after {last} (check the API key; it is not shown)")
+    if failure.stop is not None:
+        state.stop(f"stopped after {last} ({failure.stop})")
         return
     if not failure.dead:
         replica.consecutive_dead = 0

@@ -23,8 +23,9 @@ Invariants of the `RunOutcome`:
   not counted as sent.
 
 4. stops early when the engine reports it cannot go on (`RunResult.stopped`: a 401/403, a
-   circuit breaker on a dead server): the chunk's answers are still committed, every request
-   not yet sent gets an error row naming the reason, and `RunOutcome.stopped` holds it.
+   404 for a model the server does not have, a circuit breaker on a dead server): the
+   chunk's answers are still committed, every request not yet sent gets an error row naming
+   the reason, and `RunOutcome.stopped` holds it.
 
 An engine with a `max_tokens` attribute that is not None (a per-run override) answers every
 request with that output budget: the requests are rewritten before the cache lookup, so the
