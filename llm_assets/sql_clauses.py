@@ -290,6 +290,11 @@ class Compiler:
             if key == "query" and isinstance(value, exp.Column) and i == 0:
                 query = self.qualify(value, "similarity_search", node)
             elif key == "k" and isinstance(value, exp.Literal) and not value.is_string:
+                if not value.this.isdigit():
+                    raise SQLError(
+                        f"similarity_search k => {value.this} must be a positive integer (how "
+                        f"many nearest values each row gets) {ctx}"
+                    )
                 k = int(value.this)
             elif key == "corpus" and isinstance(value, exp.Column):
                 corpus = self.qualify(value, "similarity_search", node)
