@@ -135,7 +135,7 @@ RUN_FIELDS = (
     "options", "slots", "rows", "answered", "skipped", "failed", "requests", "prompt_tokens",
     "cached_tokens", "cached_tokens_reported", "output_tokens", "token_hit_rate", "wall_s",
     "engine_time_s", "server_start_s", "parse", "field_orders", "accuracy", "agreement",
-    "versus_written", "same_prompts_as", "first_prompt", "answers",
+    "versus_written", "same_prompts_as", "first_prompt", "answers", "cached_tokens_by_row",
 )  # fmt: skip
 """Every run record carries these (`missing_fields`)."""
 
@@ -258,8 +258,10 @@ def run_task(task: Task, model: str, table: pd.DataFrame, args, logs: Path, say)
             ],
             "first_prompt": rec.prompts[rec.sent_keys[0]] if rec.sent_keys else None,
             "answers": [rec.answers[k] for k in keys],
+            "cached_tokens_by_row": [rec.cached.get(k) for k in keys],
         }
     rows_only = records["rows_only"]
+    runs["rows_only"]["changed_rows"] = changed_rows(rows_only, reference, keys)
     runs["rows_only"]["construction"] = {
         "same_prompts_as_written": rows_only.prompts == reference.prompts,
         "sent_in_ggr_planned_order": rows_only.sent_keys == checks["ggr_planned_order"],
@@ -275,19 +277,38 @@ def run_task(task: Task, model: str, table: pd.DataFrame, args, logs: Path, say)
 
 
 def verdict(runs: dict, name: str) -> dict:
-    """Did method `name` change more answers than the determinism floor (the more changing
-    of its runs)? `changed` and `floor_changed` count rows; `intervals_disjoint` says the
-    method's agreement interval lies wholly below that floor run's."""
-    floor = min(FLOORS, key=lambda f: (runs[f]["agreement"]["same"], f))
-    a, fa = runs[name]["agreement"], runs[floor]["agreement"]
-    changed, floor_changed = a["n"] - a["same"], fa["n"] - fa["same"]
+    """Did method `name` change more answers than the determinism floor? `changed` counts its
+    rows with another answer than the written order's, `floor_changed` each floor run's;
+    `beyond_rerun`: more than the same prompts sent again; `beyond_floor`: more than every
+    floor run; `intervals_disjoint`: its agreement interval lies wholly below that of the
+    floor run that changed most."""
+    a = runs[name]["agreement"]
+    changed = a["n"] - a["same"]
+    floors = {f: runs[f]["agreement"]["n"] - runs[f]["agreement"]["same"] for f in FLOORS}
+    worst = max(FLOORS, key=lambda f: (floors[f], f))
     return {
         "changed": changed,
-        "floor": floor,
-        "floor_changed": floor_changed,
-        "beyond_floor": changed > floor_changed,
-        "intervals_disjoint": a["hi"] < fa["lo"],
+        "floor_changed": floors,
+        "beyond_rerun": changed > floors["floor_rerun"],
+        "beyond_floor": changed > floors[worst],
+        "intervals_disjoint": a["hi"] < runs[worst]["agreement"]["lo"],
     }
+
+
+def changed_rows(rec, reference, keys: list[str]) -> list[dict]:
+    """The scored rows whose answer differs from the written order's, each with the cached
+    tokens its request reused in both runs (what differs when the prompt does not)."""
+    return [
+        {
+            "id": k,
+            "written": reference.answers[k],
+            "answer": rec.answers[k],
+            "cached_tokens_written": reference.cached.get(k),
+            "cached_tokens": rec.cached.get(k),
+        }
+        for k in keys
+        if rec.answers[k] != reference.answers[k]
+    ]
 
 
 def run(args, table: pd.DataFrame, say) -> dict:
@@ -398,34 +419,55 @@ ROW_MOVES = ("rows_only",)
 FIELD_MOVES = ("column_stats", "ggr", "ggr_no_dedup")
 
 
-def verdict_line(task: str, model: str, m: dict) -> str:
+def verdict_line(task: str, model: str, m: dict, floor_slots: int) -> str:
     """One plain sentence per task and model: did moving rows, and did moving fields, change
     answers beyond the determinism floor?"""
     floor_text = ", ".join(
         f"{LABELS[f]} {a['n'] - a['same']}/{a['n']}" for f, a in m["floor"].items()
     )
 
-    def said(names: tuple[str, ...]) -> str:
-        parts = []
-        for name in names:
-            v, a = m["verdicts"][name], m["runs"][name]["agreement"]
-            word = "beyond the floor" if v["beyond_floor"] else "within the floor"
-            if v["beyond_floor"] and not v["intervals_disjoint"]:
-                word += ", intervals overlap"
-            parts.append(f"{name} {v['changed']}/{a['n']} ({word})")
-        return "; ".join(parts)
+    def word(v: dict) -> str:
+        if v["beyond_floor"]:
+            return "beyond every floor run" + (
+                "" if v["intervals_disjoint"] else "; intervals overlap"
+            )
+        if v["beyond_rerun"]:
+            return f"beyond the rerun, within {floor_slots} slots"
+        return "within the floor"
 
-    def head(names: tuple[str, ...], what: str) -> str:
-        beyond = any(m["verdicts"][n]["beyond_floor"] for n in names)
-        return (
-            f"{what} {'changed answers beyond' if beyond else 'changed no answer beyond'} the floor"
+    def said(names: tuple[str, ...]) -> str:
+        return "; ".join(
+            f"{n} {m['verdicts'][n]['changed']}/{m['runs'][n]['agreement']['n']} "
+            f"({word(m['verdicts'][n])})"
+            for n in names
         )
 
-    return (
+    def head(names: tuple[str, ...], what: str) -> str:
+        vs = [m["verdicts"][n] for n in names]
+        if any(v["beyond_floor"] for v in vs):
+            return f"{what} changed answers beyond the floor"
+        if any(v["beyond_rerun"] for v in vs):
+            return (
+                f"{what} changed answers beyond the rerun floor, though fewer than "
+                f"{floor_slots} slots did"
+            )
+        return f"{what} changed no answer beyond the floor"
+
+    line = (
         f"- **{task}, {model}: {head(ROW_MOVES, 'moving rows alone')}; "
         f"{head(FIELD_MOVES, 'moving fields')}.** Rows changed: floor ({floor_text}); "
         f"{said(ROW_MOVES)}; {said(FIELD_MOVES)}."
     )
+    moved = m["runs"]["rows_only"].get("changed_rows") or []
+    if moved:
+        reuse = ", ".join(f"{c['cached_tokens_written']} vs {c['cached_tokens']}" for c in moved)
+        other = sum(c["cached_tokens_written"] != c["cached_tokens"] for c in moved)
+        line += (
+            f" The {len(moved)} row(s) rows_only changed had the very same prompt; the cached "
+            f"tokens their requests reused (written vs rows_only: {reuse}) differ for {other} "
+            "of them."
+        )
+    return line
 
 
 def _delta_cell(r: dict) -> str:
@@ -503,7 +545,14 @@ def markdown(result: dict, png: str = "quality.png") -> str:
                 )
         lines.append("")
         for model, m in entry["models"].items():
-            lines.append(verdict_line(task, model, m))
+            o, g = m["runs"]["original"], m["runs"]["ggr"]
+            lines.append(
+                f"- {model}, cost: token hit rate {o['token_hit_rate']:.1%} written, "
+                f"{g['token_hit_rate']:.1%} GGR; `run_query` {o['wall_s']:.1f} s written, "
+                f"{g['wall_s']:.1f} s GGR ({o['wall_s'] / g['wall_s']:.1f}x)."
+            )
+        for model, m in entry["models"].items():
+            lines.append(verdict_line(task, model, m, e["floor_slots"]))
         lines.append("")
         for model, m in entry["models"].items():
             ro = m["runs"]["rows_only"]["construction"]

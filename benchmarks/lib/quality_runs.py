@@ -36,6 +36,8 @@ class RunRecord:
     """Row key -> the prompt its answer came from."""
     sent_keys: list[str]
     """The first row key of each request, in submission order."""
+    cached: dict[str, int]
+    """Row key -> the prompt tokens its request reused from the server's cache."""
 
 
 def prompts_by_key(deduped: pd.DataFrame, plan: pd.DataFrame, key: str) -> dict[str, str]:
@@ -43,6 +45,13 @@ def prompts_by_key(deduped: pd.DataFrame, plan: pd.DataFrame, key: str) -> dict[
     prompt = dict(zip(plan[INPUT].tolist(), plan["prompt"].tolist(), strict=True))
     live = deduped[deduped[INPUT] >= 0]
     return {str(k): prompt[i] for k, i in zip(live[key], live[INPUT], strict=True) if i in prompt}
+
+
+def cached_by_key(deduped: pd.DataFrame, outputs: pd.DataFrame, key: str) -> dict[str, int]:
+    """Row key -> the cached prompt tokens the server reported for its request."""
+    cached = dict(zip(outputs[INPUT].tolist(), outputs["cached_tokens"].tolist(), strict=True))
+    live = deduped[deduped[INPUT] >= 0]
+    return {str(k): int(cached[i]) for k, i in zip(live[key], live[INPUT], strict=True)}
 
 
 def submission_keys(deduped: pd.DataFrame, plan: pd.DataFrame, key: str) -> list[str]:
@@ -141,6 +150,7 @@ def record(run, key: str, column: str, options, wall_s: float, server_start_s: f
         figures=figures,
         prompts=prompts_by_key(stage.deduped, stage.plan, key),
         sent_keys=submission_keys(stage.deduped, stage.plan, key),
+        cached=cached_by_key(stage.deduped, outputs, key),
     )
 
 

@@ -216,6 +216,17 @@ def test_rows_only_table_sends_the_plan_order_and_keeps_every_row(inputs, rnd):
     assert all(i < 0 for i in seq[len(sent) :])  # skipped rows last
 
 
+def test_cached_tokens_and_prompts_follow_each_row_to_its_request():
+    from benchmarks.lib.quality_runs import cached_by_key, prompts_by_key, submission_keys
+
+    deduped = pd.DataFrame({"id": ["a", "b", "c", "d"], "_input_id": [1, 0, 1, -1]})
+    outputs = pd.DataFrame({"_input_id": [1, 0], "cached_tokens": [4, 0]})
+    plan = pd.DataFrame({"position": [1, 0], "_input_id": [0, 1], "prompt": ["P0", "P1"]})
+    assert cached_by_key(deduped, outputs, "id") == {"a": 4, "b": 0, "c": 4}
+    assert prompts_by_key(deduped, plan, "id") == {"a": "P1", "b": "P0", "c": "P1"}
+    assert submission_keys(deduped, plan, "id") == ["a", "b"]  # input 1 first, then 0
+
+
 # -- the report: scores, verdicts and the checks that fail a run -----------------------------
 
 
@@ -266,6 +277,7 @@ def _result(method_answers: list, floor_answers: list) -> dict:
                 dict(zip(keys, ans, strict=True)), dict(zip(keys, written, strict=True))
             )
     runs["rows_only"]["construction"] = dict.fromkeys(CONSTRUCTION, True)
+    runs["rows_only"]["changed_rows"] = []
     model = {
         "runs": runs,
         "floor": {f: runs[f]["agreement"] for f in quality.FLOORS},
@@ -277,15 +289,33 @@ def _result(method_answers: list, floor_answers: list) -> dict:
 
 def test_a_method_is_beyond_the_floor_only_when_it_changed_more_rows():
     r = _result(["no", "no", "yes", "no"], ["no", "no", "yes", "no"])  # 1 changed each
-    v = r["tasks"]["t"]["models"]["m"]["verdicts"]
-    assert v["ggr"] == v["ggr"] | {"changed": 1, "floor_changed": 1, "beyond_floor": False}
-    assert v["ggr"]["floor"] == "floor_slots"
+    v = r["tasks"]["t"]["models"]["m"]["verdicts"]["ggr"]
+    assert v["changed"] == 1 and v["floor_changed"] == {"floor_rerun": 0, "floor_slots": 1}
+    assert v["beyond_rerun"] and not v["beyond_floor"]
+    line = quality.verdict_line("t", "m", r["tasks"]["t"]["models"]["m"], 4)
+    assert "moving fields changed answers beyond the rerun floor, though fewer than 4" in line
     r = _result(["no", "yes", "no", "no"], ["no", "no", "yes", "no"])  # 3 vs 1
     v = r["tasks"]["t"]["models"]["m"]["verdicts"]
     assert v["ggr"]["beyond_floor"] and v["rows_only"]["changed"] == 0
-    line = quality.verdict_line("t", "m", r["tasks"]["t"]["models"]["m"])
-    assert "moving rows alone changed no answer beyond" in line
-    assert "moving fields changed answers beyond" in line
+    assert not v["rows_only"]["beyond_rerun"] and not v["ggr"]["intervals_disjoint"]
+    line = quality.verdict_line("t", "m", r["tasks"]["t"]["models"]["m"], 4)
+    assert "moving rows alone changed no answer beyond the floor" in line
+    assert "moving fields changed answers beyond the floor" in line
+
+
+def test_changed_rows_name_each_differing_row_with_its_cache_reuse():
+    from benchmarks.lib.quality_runs import RunRecord
+
+    def rec(answers, cached):
+        return RunRecord(answers=answers, figures={}, prompts={}, sent_keys=[], cached=cached)
+
+    written = rec({"a": "x", "b": "y", "c": None}, {"a": 5, "b": 7, "c": 0})
+    moved = rec({"a": "x", "b": "z", "c": "w"}, {"a": 5, "b": 9, "c": 3})
+    out = quality.changed_rows(moved, written, ["a", "b", "c"])
+    assert [c["id"] for c in out] == ["b", "c"]
+    assert out[0] == {"id": "b", "written": "y", "answer": "z", "cached_tokens_written": 7,
+                      "cached_tokens": 9}  # fmt: skip
+    assert quality.changed_rows(written, written, ["a", "b", "c"]) == []
 
 
 def test_the_checks_fail_a_corrupted_result():
@@ -365,6 +395,8 @@ def test_a_tiny_real_run_accounts_for_every_row_and_meets_its_floor(tmp_path):
         assert r["answered"] + r["skipped"] + r["failed"] == 16 == r["rows"], name
         assert r["parse"]["rate"] == 1.0 and r["parse"]["n"] == 16, name
         assert len(r["answers"]) == 16 and set(r["answers"]) <= {"yes", "no"}, name
+        assert len(r["cached_tokens_by_row"]) == 16, name
+        assert sum(r["cached_tokens_by_row"]) <= r["cached_tokens"], name
     assert m["runs"]["rows_only"]["construction"] == dict.fromkeys(CONSTRUCTION, True)
     assert m["runs"]["rows_only"]["agreement"]["same"] == m["floor"]["floor_rerun"]["same"]
     assert "original" in m["runs"]["rows_only"]["same_prompts_as"]
