@@ -2,6 +2,9 @@
 given (`sniff_delimiter`), the header (`first_row`), and the table with every column as text
 exactly as written (`read_delimited`: an empty unquoted cell is null, a quoted empty cell the
 empty string). A ragged or malformed row is an `InputError` naming its line and what to check.
+An empty first header name (the row index of pandas' `to_csv` and R's `write.csv`) is read as
+`UNNAMED_FIRST` (`column0`, DuckDB's `read_csv` name for it in a file of up to 10 columns);
+any other empty name is refused.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from llm_assets.data.checks import InputError, check_names
 
 DELIMITERS = (",", "\t", ";", "|")
 """Candidates for delimiter detection, in order of preference on a tie."""
+UNNAMED_FIRST = "column0"
+"""The name of a first column whose header name is empty (pandas / R row index exports)."""
 _SNIFF_CHARS = 1 << 16
 _SNIFF_ROWS = 50
 
@@ -90,12 +95,13 @@ def _sample_rows(sample: str, delimiter: str, complete: bool) -> list[list[str]]
 
 def read_delimited(path: Path, text: str, delimiter: str) -> pa.Table:
     header = first_row(text, delimiter)
-    check_names(path, header, "line 1, column {}")
+    named = [UNNAMED_FIRST, *header[1:]] if header[:1] == [""] and len(header) > 1 else header
+    check_names(path, named, "line 1, column {}")
     data = text.encode("utf-8")
     if not data.endswith(b"\n"):
         data += b"\n"
     try:
-        return pa_csv.read_csv(
+        table = pa_csv.read_csv(
             io.BytesIO(data),
             parse_options=pa_csv.ParseOptions(
                 delimiter=delimiter,
@@ -112,6 +118,7 @@ def read_delimited(path: Path, text: str, delimiter: str) -> pa.Table:
         )
     except pa.ArrowInvalid as error:
         raise InputError(_delimited_problem(path, text, delimiter, header, error)) from None
+    return table.rename_columns(named) if named is not header else table
 
 
 def _delimited_problem(path: Path, text: str, delimiter: str, header: list[str], error) -> str:
