@@ -1,7 +1,9 @@
 """What definition load (`dg check defs`, `dg dev`, `llm_query_assets`) checks of a query's
 sources before any run: every file, glob and DuckDB table is there and reads, has the columns
-the query reads, and the query's predicates run on its types (`pipeline.typecheck`). Each
-problem is one line naming the query and the source.
+the query reads, the query's predicates run on its types (`pipeline.typecheck`), and a
+semantic join's candidate pairs are within `max_pairs` (`pipeline.filtering.candidate_pairs`,
+counted as the run and `llm-assets plan` count them). Each problem is one line naming the query
+and the source.
 
 Upstream assets (`{asset: a/b}`) and the landing table (its files arrive later) are checked
 by the run that reads them, in the `filtered` asset, with the same one-line errors.
@@ -44,7 +46,8 @@ def _fingerprint(qdef: QueryDefinition) -> tuple | None:
 def check_sources(qdef: QueryDefinition) -> None:
     """Raise ValueError, one line, for the first source of `qdef` that is missing (a file, a
     glob matching nothing, a DuckDB database or table), unreadable, lacks a column the query
-    reads, or holds a column a predicate cannot compare as written (`check_predicates`).
+    reads, or holds a column a predicate cannot compare as written (`check_predicates`), or
+    whose semantic join has more candidate pairs than `max_pairs` (`candidate_pairs`).
     A query that passed in this process with the same files (`_fingerprint`) passes again
     without reading them."""
     key = _fingerprint(qdef)
@@ -56,6 +59,7 @@ def check_sources(qdef: QueryDefinition) -> None:
 
 
 def _check_sources(qdef: QueryDefinition) -> None:
+    from llm_assets.pipeline.filtering import candidate_pairs
     from llm_assets.pipeline.quality import resolve_label
     from llm_assets.pipeline.typecheck import check_predicates
 
@@ -76,3 +80,6 @@ def _check_sources(qdef: QueryDefinition) -> None:
             resolve_label(qdef.query, columns, qdef.label_column)
     except ValueError as exc:
         raise type(exc)(f"query {qdef.name!r}: {exc}") from None
+    if set(tables) >= {s.table for s in qdef.query.sources}:  # its message names the query
+        options = qdef.options
+        candidate_pairs(qdef.query, tables, options.pushdown, options.max_pairs, options.retriever)

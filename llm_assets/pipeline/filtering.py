@@ -182,8 +182,6 @@ def filtered_rows(
     counted first and refused over `max_pairs` (`check_pairs`); each row keeps its source rows
     as `_pair_<alias>`; with `source_rows`, every row keeps them (`source_row_column`: a
     label column is read by them, `quality.with_labels`)."""
-    from llm_assets.pipeline.retrieval import nearest_pairs
-
     check_columns(query, {t: list(_columns(frame)) for t, frame in tables.items()})
     empty = sorted({s.table for s in query.sources if len(tables[s.table]) == 0})
     if empty:
@@ -195,28 +193,9 @@ def filtered_rows(
     typed = predicate_only_columns(query)
     size = {s.alias: len(tables[s.table]) for s in query.sources}
     by_size = sorted(range(len(query.sources)), key=lambda i: -size[query.sources[i].alias])
-    relation, arrows = {}, {}
     try:
-        for i, source in enumerate(query.sources):
-            if source.table in relation:
-                continue
-            table = arrows[source.table] = as_arrow(tables[source.table])
-            table = table.append_column("_src_row", pa.array(np.arange(len(table), dtype=np.int64)))
-            con.register(f"_raw{i}", table)
-            con.execute(_typed_view(f"_t{i}", f"_raw{i}", table, typed.get(source.alias, ())))
-            relation[source.table] = f"_t{i}"
-        rows = {s.alias: f"{SOURCE_ROWS}{i}" for i, s in enumerate(query.sources)}
-        pairs = {}
-        by_alias = {s.alias: relation[s.table] for s in query.sources}
-        for n, join in enumerate(j for j in query.semantic_joins if j.top_k is not None):
-            pairs[join.alias] = f"_top_k{n}"
-            con.register(pairs[join.alias], nearest_pairs(con, join.top_k, by_alias, retriever))
-        # a semantic join's rows are its candidate pairs: with pushdown its predicates remove
-        # pairs before they exist (no skipped row per removed pair of a cross product)
+        inner, arrows, rows = _register_joined(con, query, tables, typed, pushdown, retriever)
         semantic = bool(query.semantic_joins)
-        inner = pre_llm_sql(
-            query, semantic and pushdown, tables=relation, source_row_columns=rows, pairs=pairs
-        )
         if semantic:
             check_pairs(query, con, inner, tables, max_pairs)
         skip = _skip_reason(query) if pushdown and not semantic else exp.null()
@@ -247,6 +226,68 @@ def filtered_rows(
     frame.insert(0, ROW, np.arange(len(frame), dtype=np.int64))
     pa.default_memory_pool().release_unused()  # what converting to pandas left in Arrow's pool
     return frame
+
+
+def _register_joined(
+    con: duckdb.DuckDBPyConnection,
+    query: LLMQuery,
+    tables: Mapping[str, pa.Table | pd.DataFrame],
+    typed: Mapping[str, Sequence[str]],
+    pushdown: bool,
+    retriever: str,
+) -> tuple[str, dict[str, pa.Table], dict[str, str]]:
+    """Register on `con` each source (its `typed` columns typed, rows numbered `_src_row`)
+    and each top-k blocking's nearest pairs; (the pre-LLM SQL over them, each table as
+    Arrow, each alias's source-row output column)."""
+    from llm_assets.pipeline.retrieval import nearest_pairs
+
+    relation, arrows = {}, {}
+    for i, source in enumerate(query.sources):
+        if source.table in relation:
+            continue
+        table = arrows[source.table] = as_arrow(tables[source.table])
+        table = table.append_column("_src_row", pa.array(np.arange(len(table), dtype=np.int64)))
+        con.register(f"_raw{i}", table)
+        con.execute(_typed_view(f"_t{i}", f"_raw{i}", table, typed.get(source.alias, ())))
+        relation[source.table] = f"_t{i}"
+    rows = {s.alias: f"{SOURCE_ROWS}{i}" for i, s in enumerate(query.sources)}
+    pairs = {}
+    by_alias = {s.alias: relation[s.table] for s in query.sources}
+    for n, join in enumerate(j for j in query.semantic_joins if j.top_k is not None):
+        pairs[join.alias] = f"_top_k{n}"
+        con.register(pairs[join.alias], nearest_pairs(con, join.top_k, by_alias, retriever))
+    # a semantic join's rows are its candidate pairs: with pushdown its predicates remove
+    # pairs before they exist (no skipped row per removed pair of a cross product)
+    semantic = bool(query.semantic_joins)
+    inner = pre_llm_sql(
+        query, semantic and pushdown, tables=relation, source_row_columns=rows, pairs=pairs
+    )
+    return inner, arrows, rows
+
+
+def candidate_pairs(
+    query: LLMQuery,
+    tables: Mapping[str, pa.Table | pd.DataFrame],
+    pushdown: bool,
+    max_pairs: int | None,
+    retriever: str = "tfidf",
+) -> int | None:
+    """The candidate pairs of `query`'s semantic join counted as `filtered_rows` counts them,
+    none materialised, and refused over `max_pairs` in its one line (`check_pairs`): what
+    definition load checks. None without a semantic join or with an empty source (the run
+    refuses that); a DuckDB error is a one-line ValueError as in `run_filtered`."""
+    if not query.semantic_joins or any(len(tables[s.table]) == 0 for s in query.sources):
+        return None
+    con = locked_connection()
+    try:
+        typed = predicate_only_columns(query)
+        inner, _, _ = _register_joined(con, query, tables, typed, pushdown, retriever)
+        return check_pairs(query, con, inner, tables, max_pairs)
+    except duckdb.Error as exc:
+        first = " ".join(str(exc).splitlines()[0].split())
+        raise ValueError(f"query {query.name!r}: the SQL before the LLM failed: {first}") from exc
+    finally:
+        con.close()
 
 
 def passed_through_text(
