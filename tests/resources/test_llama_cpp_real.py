@@ -47,12 +47,28 @@ QUERY = ROOT / "docs" / "examples" / "sentiment.sql"
 SQL = QUERY.read_text()
 
 
-def _no_server_left(model: str, within_s: float = 5.0) -> bool:
-    marker = str(MODELS[model].path)
+def _servers_of(home: Path) -> list[int]:
+    """Live llama-server processes started under `LLM_ASSETS_HOME=home` (the variable is
+    inherited from the process that started them), so a benchmark's servers running beside the
+    tests on the same machine never count."""
+    mine = f"LLM_ASSETS_HOME={home}".encode()
+    pids = []
+    for model in MODELS.values():
+        for pid in _server_pids(str(model.path)):
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if mine in environ:
+                pids.append(pid)
+    return pids
+
+
+def _no_server_left(home: Path, within_s: float = 5.0) -> bool:
     deadline = time.monotonic() + within_s
-    while _server_pids(marker) and time.monotonic() < deadline:
+    while _servers_of(home) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return not _server_pids(marker)
+    return not _servers_of(home)
 
 
 def _cli(*args: str, home: Path, **popen) -> subprocess.Popen:
@@ -85,7 +101,7 @@ def test_the_cli_answers_every_row_in_its_allowed_form_and_leaves_no_server(mode
         "null in LLM field 'review'"
     ]
     assert summary["cached_tokens"] > 0  # prompts share the instruction
-    assert _no_server_left(model)
+    assert _no_server_left(tmp_path / "home")
 
 
 def test_a_killed_cli_leaves_no_server_behind(tmp_path):
@@ -111,10 +127,10 @@ def test_a_killed_cli_leaves_no_server_behind(tmp_path):
             time.sleep(0.2)
         else:
             pytest.fail("the server never started serving")
-        assert _server_pids(str(MODELS["smollm2-135m"].path))
+        assert _servers_of(tmp_path / "home")
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        assert _no_server_left("smollm2-135m")
+        assert _no_server_left(tmp_path / "home")
     finally:
         proc.kill()
 
@@ -135,7 +151,7 @@ def test_a_dagster_run_on_the_resource_answers_and_stops_its_server(tmp_path, mo
     rows = result.output_for_node("reviews_sentiment__result")
     answered = rows[rows["status"] == "answered"]
     assert len(answered) == 23 and set(answered["sentiment"]) <= {"positive", "negative"}
-    assert _no_server_left("gemma3-270m")
+    assert _no_server_left(tmp_path / "home")
 
 
 class _FailsAfterAnswering(EngineWrapper):
@@ -156,4 +172,4 @@ def test_a_failed_step_leaves_no_server_behind(tmp_path, monkeypatch):
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert "after the server answered" in str(failure.event_specific_data.error)
-    assert _no_server_left("smollm2-135m")
+    assert _no_server_left(tmp_path / "home")
