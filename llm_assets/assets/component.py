@@ -76,6 +76,17 @@ from resources.runner import RunOutcome
 YAML_NAMES = ("defs.yaml", "defs.yml", "component.yaml")
 """Where dg reads a component's YAML from, in its order."""
 
+try:  # Dagster wraps what a component raises in a ComponentTreeException that prints the
+    # component tree and its frames (~20 lines around ours), except one that already is one
+    from dagster.components.core.component_tree import ComponentTreeException
+except ImportError:  # pragma: no cover - another Dagster: its wrapper comes back, nothing else
+    ComponentTreeException = Exception  # type: ignore[assignment,misc]
+
+
+class DeclarationError(ValueError, ComponentTreeException):
+    """A bad query declaration, in one line naming the component's YAML; `dg check defs`
+    prints it as it is (a ComponentTreeException is not wrapped again)."""
+
 
 class LLMQueryScaffolder(dg.Scaffolder):
     """Writes a defs.yaml with an example query over a CSV beside it."""
@@ -180,9 +191,4 @@ class LLMQueryComponent(dg.Component, dg.Model, dg.Resolvable):
         except ValueError as exc:
             # one line naming the file; the chained traceback would only repeat it
             where = next((folder / n for n in YAML_NAMES if (folder / n).exists()), folder)
-            message = f"{where}: {exc}"
-            try:
-                error = type(exc)(message)
-            except Exception:  # noqa: BLE001 - a ValueError whose constructor differs
-                error = ValueError(message)
-            raise error from None
+            raise DeclarationError(f"{where}: {exc}") from None
