@@ -20,9 +20,11 @@ class ProgressBar:
             bar = self.bars.get(label)
             if bar is None:
                 bar = self.bars[label] = tqdm(total=total, desc=label, unit="req", file=sys.stderr)
-            bar.update(done - bar.n)
-            if done >= total:
+            if done >= total:  # close() prints the final line; update() first would twice
+                bar.n = done
                 bar.close()
+            else:
+                bar.update(done - bar.n)
 
         return update
 
