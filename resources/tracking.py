@@ -3,7 +3,8 @@
 Default store: `sqlite:///$LLM_ASSETS_HOME/mlflow.db` (`./.llm_assets/` by default), the
 artifact root beside it. An unreachable or broken store never fails the pipeline: `log_run`
 logs a warning and returns None. Only the params, metrics and tags passed in are logged
-(no environment, no config dump), so secrets cannot leak through this path.
+(no environment, no config dump), so secrets cannot leak through this path; metrics to six
+significant digits (`shown`).
 
 What MLflow 3.17's UI reads (its bundle, mlflow/server/js/build/static/js/main.*.js): an
 experiment opens on the GenAI "Overview" or on the runs table by the sidebar's *workflow type*
@@ -114,6 +115,19 @@ def _store_lock(uri: str):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def shown(value: float) -> float:
+    """`value` to six significant digits, never fewer than its integer part (counts and
+    large totals stay exact): what MLflow's UI shows, without float noise.
+
+    >>> shown(1.2767808799999998), shown(0.000123456789), shown(1234567.891), shown(968)
+    (1.27678, 0.000123457, 1234568.0, 968.0)
+    """
+    value = float(value)
+    if value == 0 or value.is_integer():
+        return value
+    return round(value, max(0, 5 - math.floor(math.log10(abs(value)))))
+
+
 def default_tracking_uri() -> str:
     return f"sqlite:///{llm_assets_home() / 'mlflow.db'}"
 
@@ -185,7 +199,7 @@ class MLflowTracker(dg.ConfigurableResource):
         client.log_batch(
             run.info.run_id,
             metrics=[
-                Metric(k, float(v), now, 0)
+                Metric(k, shown(v), now, 0)
                 for k, v in metrics.items()
                 if v is not None and math.isfinite(float(v))
             ],

@@ -54,3 +54,18 @@ def test_the_saved_view_gains_columns_and_width_and_keeps_the_rest(tmp_path):
     assert second["columnOrder"] == [RUN_NAME_COLUMN, "metrics.`a`", "metrics.`b`"]
     assert second["columnWidths"][RUN_NAME_COLUMN] > first["columnWidths"][RUN_NAME_COLUMN]
     assert second["groupBy"] == "params.method"
+
+
+def test_metrics_are_logged_to_six_significant_digits_counts_exact(tmp_path):
+    """Issue 35, item 3: the UI showed float noise (`1.2767808799999998`). Six significant
+    digits, never fewer than the integer part: counts and large totals stay exact."""
+    tracker = MLflowTracker(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    logged = {"engine_time_s": 1.2767808799999998, "cost_usd": 0.000123456789,
+              "hit": 2 / 3, "tokens": 123456789, "big": 1234567.891, "zero": 0.0,
+              "negative": -0.1 - 0.2}  # fmt: skip
+    links = tracker.log_run("e", "r", {}, logged, {})
+    run_id = links.run.rsplit("/", 1)[1]
+    got = MlflowClient(tracker.uri()).get_run(run_id).data.metrics
+    assert got == {"engine_time_s": 1.27678, "cost_usd": 0.000123457, "hit": 0.666667,
+                   "tokens": 123456789.0, "big": 1234568.0, "zero": 0.0,
+                   "negative": -0.3}  # fmt: skip
