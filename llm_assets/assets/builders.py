@@ -15,7 +15,7 @@ import dagster as dg
 import pandas as pd
 
 from llm_assets.assets import checks
-from llm_assets.assets.definition import QueryDefinition
+from llm_assets.assets.definition import QueryDefinition, partitions_label
 from llm_assets.pipeline.filtering import pair_sides, run_filtered
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.quality import with_labels
@@ -37,6 +37,16 @@ def _partitions(context) -> list[str]:
     when a backfill or the landing sensor packs several files into one run."""
     partitioned = context.has_partition_key or context.has_partition_key_range
     return list(context.partition_keys) if partitioned else []
+
+
+def _failure(context, qdef: QueryDefinition, error: Exception) -> dg.Failure:
+    """A step's one-line failure; in a landed file's run it names the file(s) first."""
+    keys = _partitions(context) if qdef.landing is not None else []
+    if not keys:
+        return dg.Failure(str(error))
+    files = "file" if len(keys) == 1 else "files"
+    where = f"landed {files} {partitions_label(keys)} in {qdef.landing.folder}"
+    return dg.Failure(f"{where}: {error}")
 
 
 ORDER = checks.ORDER
@@ -156,7 +166,7 @@ def filtered_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
             if labelled:  # each row's label, by source row: never an LLM field
                 out = with_labels(qdef.query, by_table, out, qdef.label_column)
         except ValueError as exc:
-            raise dg.Failure(str(exc)) from None
+            raise _failure(context, qdef, exc) from None
         sql = pre_llm_sql(qdef.query, options.pushdown)
         kept = int(out[SKIP].isna().sum())
         yield dg.Output(

@@ -1,7 +1,8 @@
 """Landing folders: each new file in a query's `landing.folder` becomes a dynamic partition of
 that query's assets and one run of them. Two files never overwrite each other (each is its
-own partition), a failed file is rerun from the UI by its partition, and landing a file for
-one query never changes another query's input.
+own partition), a failed file is rerun from the UI by its partition (a problem with its
+data fails the run naming the file first), and landing a file for one query never changes
+another query's input.
 
 A file is launched once it has settled: its size and modification time unchanged on two sensor
 looks `settle_seconds` apart, or last modified at least that long ago. A producer that cannot

@@ -300,3 +300,27 @@ def test_a_look_asks_for_at_most_max_runs_per_tick(landing):
             "q", SQL, sources={"reviews": "unused.csv"},
             landing={"folder": str(landing), "max_runs_per_tick": 0},
         )  # fmt: skip
+
+
+def test_a_landed_files_failed_run_names_the_file(landing):
+    """Issue 35, item 3: the failure of a landed file's run said what was wrong, not in which
+    file. A column the query reads is missing from this file only (the declared source has
+    it): the message names the landed file and its folder first."""
+    sql = SQL.replace("FROM reviews r", "FROM reviews r WHERE TRY_CAST(r.stars AS INT) > 2")
+    declared = landing.parent / "declared.csv"
+    declared.write_text("id,review,stars\n1,good,3\n")
+    defs = llm_query_assets("q", sql, sources={"reviews": str(declared)}, landing=str(landing))
+    (landing / "2026-11-29.csv").write_text("id,review\n1,good\n")
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("q_files", ["2026-11-29.csv"])
+        result = dg.materialize(
+            list(defs.assets),
+            partition_key="2026-11-29.csv",
+            instance=instance,
+            resources=resources_for("sim"),
+            raise_on_error=False,
+        )
+    assert not result.success
+    message = step_failure(result)
+    assert f"Failure: landed file 2026-11-29.csv in {landing}: " in message, message
+    assert "stars" in message and "\n" not in message, message
