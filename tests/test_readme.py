@@ -277,10 +277,16 @@ def test_first_query_cli_lines_run(workdir):
 
 
 def test_a_bare_rating_predicate_stops_with_the_readmes_fix(workdir):
-    """ "A bare `r.rating >= 2` ... `llm-assets plan` stop[s] ... with one line naming ... the
-    fix (`write TRY_CAST(r.rating AS DOUBLE) >= 2 instead`)"."""
+    """ "A bare `r.rating >= 2` ... `llm-assets plan` stop[s] ... with one line naming ... a
+    fix and the rows it keeps" (the README's split_part form), and it keeps them: the rows of
+    this section's table whose rating before any `/` is at least 2."""
     text = README.read_text(encoding="utf-8")
-    (fix,) = re.findall(r"`(write TRY_CAST\(r\.rating AS DOUBLE\) >= 2 instead)`", text)
+    (fix,) = re.findall(r"`(write TRY_CAST\(SPLIT_PART\(r\.rating, '/', 1\) AS DOUBLE\) >= 2 "
+                        r"instead: true on \d+ of \d+ rows, where .*? would be true on \d+)`",
+                        text.replace("\n", " "))  # fmt: skip
+    numbers = [re.match(r"[\d.]+", r[2].split("/")[0]) for r in ROWS]
+    kept = sum(1 for n in numbers if n and float(n.group()) >= 2)
+    assert f"true on {kept} of {len(ROWS)} rows" in fix
     sql = (workdir / "sentiment.sql").read_text()
     bare, n = re.subn(r"WHERE .*", "WHERE r.rating >= 2", sql)
     assert n == 1

@@ -12,7 +12,9 @@ that `N/A` means "drop the row", would change the answer without saying so. So a
 that cannot run on the types it reads is refused with one line: the column, its type, a
 value that is not of the type the predicate needs, and the predicate rewritten with
 `TRY_CAST` (a value that does not cast becomes NULL; its row is `skipped` with the predicate
-as the reason, never dropped):
+as the reason, never dropped), with the rows it is true on. For a number, the rewrite that
+reads the most values is suggested: `TRY_CAST(split_part(r.rating, '/', 1) AS DOUBLE)` where
+scores are written `3/5`, naming what the plain cast would be true on:
 
 >>> import pyarrow as pa
 >>> from llm_assets.sql import compile_sql
@@ -24,8 +26,8 @@ as the reason, never dropped):
 ...     print(exc)  # doctest: +NORMALIZE_WHITESPACE
 predicate r.rating >= 2 reads r.rating as a number, but r.rating is VARCHAR (text as
 written: 1 of 2 values are not numbers, e.g. 'N/A'); write TRY_CAST(r.rating AS DOUBLE) >= 2
-instead (a value that is not a number becomes NULL and its row is skipped, with the
-predicate as the reason)
+instead: true on 1 of 2 rows (a value that is not a number becomes NULL and its row is
+skipped, with the predicate as the reason)
 
 The check runs each predicate in DuckDB over the join of the sources with the columns typed
 as the run types them, so what it refuses would have failed in the run (where a source is
@@ -110,10 +112,16 @@ def check_predicates(query: LLMQuery, tables: Mapping[str, pa.Table | pd.DataFra
         def error(condition: exp.Expression, columns: Sequence[str]) -> str | None:
             return _error(con, query, views, complete, condition, columns)
 
+        def true_on(condition: exp.Expression, columns: Sequence[str]) -> tuple[int, int]:
+            """(rows `condition` is true on, rows it reads), as the run sees them."""
+            select = _counted(query, views, complete, columns)
+            total = con.execute(render(select)).fetchone()[0]
+            return con.execute(render(select.where(condition))).fetchone()[0], total
+
         for predicate in predicates:
             problem = error(predicate.expression(), predicate.columns)
             if problem is not None:
-                message = _explain(con, error, predicate, raws, types, typed, problem)
+                message = _explain(con, error, true_on, predicate, raws, types, typed, problem)
                 raise PredicateTypeError(message)
     finally:
         con.close()
@@ -178,55 +186,73 @@ def _register(con, query: LLMQuery, tables, typed):
     return views, raws, types
 
 
-def _error(con, query: LLMQuery, views, complete: bool, condition, columns) -> str | None:
-    """DuckDB's error (first line) running `condition` over every row it would see in the
-    run (the join of the typed sources; one typed table when not every source is given), or
-    None when it runs."""
-    kept = exp.func("COALESCE", exp.paren(condition), exp.false())
+def _counted(query: LLMQuery, views, complete: bool, columns) -> exp.Select:
+    """`SELECT COUNT(*)` over every row a predicate reading `columns` sees in the run (the
+    join of the typed sources; one typed table when not every source is given)."""
     count = exp.func("COUNT", exp.Star())
     if complete:
         select = pre_llm_select(query, False, tables=views)
         select.set("expressions", [count])
-    else:
-        alias = columns[0].split(".", 1)[0]
-        source = next(s for s in query.sources if s.alias == alias)
-        select = exp.select(count).from_(table(views[source.table], alias))
+        return select
+    alias = columns[0].split(".", 1)[0]
+    source = next(s for s in query.sources if s.alias == alias)
+    return exp.select(count).from_(table(views[source.table], alias))
+
+
+def _error(con, query: LLMQuery, views, complete: bool, condition, columns) -> str | None:
+    """DuckDB's error (first line) running `condition` over every row it would see in the
+    run (`_counted`), or None when it runs."""
+    kept = exp.func("COALESCE", exp.paren(condition), exp.false())
     try:
-        con.execute(render(select.where(kept))).fetchall()
+        con.execute(render(_counted(query, views, complete, columns).where(kept))).fetchall()
     except duckdb.Error as exc:
         return " ".join(str(exc).split("\n")[0].split())
     return None
 
 
-def _explain(con, error, predicate: Predicate, raws, types, typed, problem: str) -> str:
+def _explain(con, error, true_on, predicate: Predicate, raws, types, typed, problem: str) -> str:
     shown = friendly(predicate.expression())
     text = [c for c in predicate.columns if types.get(c) == "VARCHAR"]
     hinted = [t for pattern, t in _HINTS if pattern.search(problem)]
     for column in text:
         for target in dict.fromkeys([*hinted, *FIX_TYPES]):
-            fixed = with_try_cast(predicate.expression(), column, target)
-            if fixed is None:
-                continue
-            condition, to = fixed
-            if error(condition, predicate.columns) is None:
-                return _message(con, shown, column, to, condition, raws, typed)
+            fixes = []  # (condition, type, split): a number may also be read before a '/'
+            for split in (False, True) if target == "DOUBLE" else (False,):
+                fixed = with_try_cast(predicate.expression(), column, target, split)
+                if fixed is not None and error(fixed[0], predicate.columns) is None:
+                    fixes.append((*fixed, split))
+            if fixes:
+                counted = lambda c: true_on(c, predicate.columns)  # noqa: E731
+                return _message(con, shown, column, fixes, raws, typed, counted)
     kinds = ", ".join(f"{c} {types.get(c, '?')}" for c in predicate.columns)
     return f"predicate {shown} cannot run on the columns it reads ({kinds}): {problem}"
 
 
-def _message(con, shown, column, to, condition, raws, typed) -> str:
+def _message(con, shown, column, fixes, raws, typed, true_on) -> str:
+    """The refusal with the fix among `fixes` (condition, type, split) that reads the most
+    values of `column` (the first on a tie), the rows it is true on, and how many each other
+    fix that reads a different number of values would be true on."""
     alias, name = column.split(".", 1)
     raw = raws[alias]
     value = exp.column(identifier(name))
     present = value.copy().is_(exp.null()).not_()
-    bad = exp.and_(
-        present.copy(),
-        exp.TryCast(this=value.copy(), to=exp.DataType.build(to)).is_(exp.null()),
-    )
-    counts = exp.select(exp.func("COUNT", value.copy()), exp.CountIf(this=bad.copy())).from_(
-        table(raw)
-    )
-    n_present, n_bad = con.execute(render(counts)).fetchone()
+    to = fixes[0][1]
+
+    def unread(cast_to: str, split: bool) -> exp.Expression:
+        return exp.and_(present.copy(), read_as(value.copy(), cast_to, split).is_(exp.null()))
+
+    bad = unread(to, False)
+    each = [exp.CountIf(this=unread(t, split)) for _, t, split in fixes]
+    counts = exp.select(exp.func("COUNT", value.copy()), exp.CountIf(this=bad.copy()), *each)
+    n_present, n_bad, *n_unread = con.execute(render(counts.from_(table(raw)))).fetchone()
+    best = n_unread.index(min(n_unread))
+    condition = fixes[best][0]
+    kept, total = true_on(condition)
+    others = [
+        f"{friendly(c)} would be true on {true_on(c)[0]:,}"
+        for i, (c, _, _) in enumerate(fixes)
+        if n_unread[i] != n_unread[best]
+    ]
     order = exp.Ordered(this=exp.column(identifier(_ROW)))
     first = exp.select(value.copy()).from_(table(raw)).where(bad if n_bad else present)
     sample = con.execute(render(first.order_by(order).limit(1))).fetchone()
@@ -234,7 +260,8 @@ def _message(con, shown, column, to, condition, raws, typed) -> str:
     kind, plural = _KIND.get(family or "", (to, f"{to} values"))
     shown_column = friendly(column_node(alias, name))
     if n_bad:
-        why = f"text as written: {n_bad} of {n_present} values are not {plural}, e.g. {sample[0]!r}"
+        why = f"text as written: {n_bad:,} of {n_present:,} values are not {plural}"
+        why += f", e.g. {sample[0]!r}"
     elif sample is None:
         why = "no value: every cell is empty"
     elif name not in typed.get(alias, ()):
@@ -247,22 +274,33 @@ def _message(con, shown, column, to, condition, raws, typed) -> str:
     then = (
         f"every value would be NULL and every row skipped: take the {kind[2:]} out of the "
         "text first, e.g. with split_part or regexp_extract"
-        if n_bad and n_bad == n_present
+        if n_present and n_unread[best] == n_present
         else f"a value that is not {kind} becomes NULL and its row is skipped, with the "
         "predicate as the reason"
     )
+    where = f", where {' and '.join(others)}" if others else ""
     return (
         f"predicate {shown} reads {shown_column} as {kind}, but {shown_column} is VARCHAR "
-        f"({why}); write {friendly(condition)} instead ({then})"
+        f"({why}); write {friendly(condition)} instead: true on {kept:,} of {total:,} "
+        f"rows{where} ({then})"
     )
 
 
+def read_as(value: exp.Expression, to: str | exp.DataType, split: bool = False) -> exp.Expression:
+    """`TRY_CAST(value AS to)`; with `split`, of the text before the first '/' (a score
+    written `3/5` reads as 3, as the README's `split_part` form does)."""
+    if split:
+        value = exp.func("split_part", value, exp.Literal.string("/"), exp.Literal.number(1))
+    return exp.TryCast(this=value, to=exp.DataType.build(to))
+
+
 def with_try_cast(
-    condition: exp.Expression, column: str, to: str
+    condition: exp.Expression, column: str, to: str, split: bool = False
 ) -> tuple[exp.Expression, str] | None:
     """`condition` with every read of `column` (`alias.name`) cast with TRY_CAST to `to`
-    (a `CAST(column AS T)` becomes `TRY_CAST(column AS T)`, keeping T), and the type it
-    casts to; None if the column is only read through TRY_CAST already.
+    (a `CAST(column AS T)` becomes `TRY_CAST(column AS T)`, keeping T), each of the text
+    before its first '/' with `split` (`read_as`), and the type it casts to; None if the
+    column is only read through TRY_CAST already.
 
     >>> from llm_assets.sql_ast import parse_condition
     >>> fixed, to = with_try_cast(parse_condition("r.rating >= 2 AND r.x = 1"), "r.rating", "DATE")
@@ -282,9 +320,9 @@ def with_try_cast(
             continue
         if type(parent) is exp.Cast and parent.this is col:
             cast_to = parent.args["to"].sql(dialect=DIALECT)
-            parent.replace(exp.TryCast(this=col.copy(), to=parent.args["to"].copy()))
+            parent.replace(read_as(col.copy(), parent.args["to"].copy(), split))
         else:
-            col.replace(exp.TryCast(this=col.copy(), to=exp.DataType.build(to)))
+            col.replace(read_as(col.copy(), to, split))
         changed = True
     return (tree, cast_to) if changed else None
 
