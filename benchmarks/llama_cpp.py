@@ -1,5 +1,6 @@
 """A real engine against the simulator: `python -m benchmarks.llama_cpp [--rows 300]
-[--jobs q1_job,q4_job] [--repeats 3] [--shape small|wide]`.
+[--jobs q1_job,q4_job] [--repeats 3] [--shape small|wide]`, or with real weights
+`python -m benchmarks.llama_cpp --model smollm2-135m[,gemma3-270m] [--threads 1] ...`.
 
 Runs each query job through the project's pipeline (`LLM_ASSETS_ENGINE=openai`) against
 llama.cpp's `llama-server` on this CPU (`make llama-server`; one slot, one request in flight,
@@ -17,107 +18,49 @@ Writes `benchmarks/results/llama_cpp.json` and `.md`: measured cached tokens (th
 count and the server's `/metrics` counter), hit rates, the engine's measured seconds (median
 over `--repeats`) and the simulator's, side by side with how close they are. Exits 1 when the
 project's count differs from the server's counter or a row is unaccounted for.
+
+With `--model` the same queries run on bundled real weights instead (the path is
+`benchmarks.lib.llama_cpp_real`): a ladder per query (written order, GGR, + dedup / +
+pushdown where the rows or the query have them), each rung `--repeats` times (default 2), the
+answers' agreement with the written order beside the determinism floor (the written order
+sent twice), the one-slot rule and the simulator fed the server's own token ids. Writes
+`benchmarks/results/llama_cpp_real.json` and `.md`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import pandas as pd
-
 from benchmarks.lib.gguf_model import BOS_ID, LlamaShape, write_model
 from benchmarks.lib.llama_cpp_build import VERSION, build
+from benchmarks.lib.llama_cpp_measure import SIM_DEPLOYMENT, record
 from benchmarks.lib.llama_cpp_pair import PairRun, first_rows_csv, run_pair
-from benchmarks.lib.llama_server import one_slot_cached
+from benchmarks.lib.llama_cpp_real import markdown_real, problems_real, run_real
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TOKENIZER = SHARED / "tokenizers" / "llama3_tokenizer.json"
 MOVIES = SHARED / "data" / "movies_small.csv"
 DEFAULT_JSON = Path("benchmarks/results/llama_cpp.json")
+REAL_JSON = Path("benchmarks/results/llama_cpp_real.json")
+REAL_MODELS = ("smollm2-135m", "gemma3-270m")
 SHAPES = {
     "small": LlamaShape(),
     "wide": LlamaShape(n_embd=768, n_layer=12, n_head=12, n_head_kv=4, n_ff=2048),
 }
-SIM_DEPLOYMENT = {"gpu": "L4", "model": "llama-3-8b"}
 
 
-def sim_prediction(requests: pd.DataFrame, num_blocks: int | None = None) -> dict:
-    """The simulator's cached tokens and engine seconds for the requests as sent, each with
-    its measured output length; `num_blocks` overrides the KV cache's size in 16-token blocks."""
-    from resources.engine import Request
-    from resources.sim.engine import SimulatedEngine
-
-    engine = SimulatedEngine(
-        **SIM_DEPLOYMENT,
-        tokenizer=str(TOKENIZER),
-        max_num_seqs=1,
-        num_gpu_blocks_override=num_blocks,
-    )
-    sent = [
-        Request(id=rid, prompt=prompt, max_tokens=max(1, int(n_out)))
-        for rid, prompt, n_out in zip(
-            requests["request_id"], requests["prompt"], requests["output_tokens"], strict=True
-        )
+def _ids(runs: list[PairRun], tokenizer) -> list[list[int]]:
+    """The token ids of each request as the random-weight model's server processes them:
+    BOS, then the Llama 3 tokenizer's ids."""
+    return [
+        [BOS_ID, *tokenizer.encode(p, add_special_tokens=False).ids]
+        for p in runs[0].run.requests["prompt"]
     ]
-    result = engine.run("llama_cpp", sent)
-    return {
-        "kv_blocks": engine.num_kv_blocks,
-        "cached_tokens": result.stats.cached_tokens,
-        "hit_rate": result.stats.token_hit_rate,
-        "engine_time_s": result.stats.engine_time_s,
-        "per_request": [r.cached_tokens for r in result.responses],
-    }
-
-
-def _agreement(predicted: list[int], measured: list[int]) -> dict:
-    """How close per-request predictions are: exact matches and mean absolute difference."""
-    diffs = [abs(a - b) for a, b in zip(predicted, measured, strict=True)]
-    return {"requests_equal": diffs.count(0), "mean_abs_diff_tokens": statistics.fmean(diffs)}
-
-
-def _record(runs: list[PairRun], tokenizer) -> dict:
-    """One method's measurements over repeats, with the predictions for its requests."""
-    first = runs[0]
-    requests = first.run.requests
-    measured = [int(c) for c in requests["cached_tokens"]]
-    ids = [[BOS_ID, *tokenizer.encode(p, add_special_tokens=False).ids] for p in requests["prompt"]]
-    rule = one_slot_cached(ids)
-    meta = first.run.metadata
-    prompt_tokens = int(meta["prompt_tokens"])
-    # a cache the size of the one slot: the longest request's blocks, plus one
-    lengths = [len(i) + int(n) for i, n in zip(ids, requests["output_tokens"], strict=True)]
-    slot_blocks = -(-max(lengths) // 16)
-    sims = {
-        "sim": sim_prediction(requests),
-        "sim_one_slot": sim_prediction(requests, slot_blocks + 1),
-    }
-    times = [float(r.run.metadata["engine_time_s"]) for r in runs]
-    return {
-        "requests": len(requests),
-        **{k: meta[k] for k in ("stage_rows_answered", "stage_rows_failed", "stage_rows_skipped")},
-        "spec_violations": meta["spec_violations"],
-        "failed_checks": first.run.failed_checks,
-        "prompt_tokens": prompt_tokens,
-        "output_tokens": int(meta["output_tokens"]),
-        "cached_tokens": [r.cached_tokens for r in runs],
-        "server_cached_tokens": [r.server_cached_tokens for r in runs],
-        "hit_rate": first.hit_rate,
-        "engine_time_s": [round(t, 3) for t in times],
-        "engine_time_s_median": round(statistics.median(times), 3),
-        "one_slot_rule": {"cached_tokens": sum(rule), "hit_rate": sum(rule) / prompt_tokens}
-        | _agreement(rule, measured),
-        **{
-            name: {k: v for k, v in sim.items() if k != "per_request"}
-            | _agreement(sim["per_request"], measured)
-            for name, sim in sims.items()
-        },
-    }
 
 
 def run(rows: int, jobs: list[str], repeats: int, shape: str, workdir: Path) -> dict:
@@ -143,7 +86,9 @@ def run(rows: int, jobs: list[str], repeats: int, shape: str, workdir: Path) -> 
         for k in range(repeats):
             for r in run_pair(binary, model, movies, workdir / f"{job}-{k}", job=job):
                 by_method.setdefault(r.method, []).append(r)
-        methods = {m: _record(runs, tokenizer) for m, runs in by_method.items()}
+        methods = {
+            m: record(runs, _ids(runs, tokenizer), str(TOKENIZER)) for m, runs in by_method.items()
+        }
         orig, ggr = methods["original"], methods["ggr"]
         methods["speedup"] = {
             "measured": orig["engine_time_s_median"] / ggr["engine_time_s_median"],
@@ -234,23 +179,66 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.llama_cpp", description=__doc__)
     p.add_argument("--rows", type=int, default=300, help="first rows of movies_small.csv")
     p.add_argument("--jobs", default="q1_job,q4_job", help="comma-separated query jobs")
-    p.add_argument("--repeats", type=int, default=3, help="runs per order (median time)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="runs per order (median time; default 3, "
+        "with --model 2: the second is the determinism floor)",
+    )
     p.add_argument("--shape", choices=sorted(SHAPES), default="small")
-    p.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"default {DEFAULT_JSON}")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="real weights instead of the random-weight model: comma-separated bundled "
+        f"models ({', '.join(REAL_MODELS)}); results in {REAL_JSON} unless --json",
+    )
+    p.add_argument("--threads", type=int, default=1, help="llama-server CPU threads (--model)")
+    p.add_argument("--json", type=Path, default=None, help=f"default {DEFAULT_JSON}")
+    p.add_argument(
+        "--render",
+        action="store_true",
+        help="only write the markdown again from the JSON of an earlier run (nothing runs)",
+    )
     args = p.parse_args(argv)
+    if args.render:
+        path = args.json or (REAL_JSON if args.model else DEFAULT_JSON)
+        saved = json.loads(path.read_text())
+        render = markdown_real if "models" in saved else markdown
+        path.with_suffix(".md").write_text(render(saved))
+        print(render(saved))
+        return 0
     for path in (TOKENIZER, MOVIES):
         if not path.exists():
             print(f"error: {path} is absent (the shared folder is not beside the project)")
             return 2
-    with tempfile.TemporaryDirectory(prefix="llama-cpp-bench-") as tmp:
-        result = run(args.rows, args.jobs.split(","), args.repeats, args.shape, Path(tmp))
+    jobs = args.jobs.split(",")
+    if args.model:
+        models = args.model.split(",")
+        unknown = [m for m in models if m not in REAL_MODELS]
+        if unknown:
+            print(f"error: --model {unknown[0]!r} is not one of {', '.join(REAL_MODELS)}")
+            return 2
+        repeats = 2 if args.repeats is None else args.repeats
+        if repeats < 2:
+            print("error: --model needs --repeats >= 2 (the second is the determinism floor)")
+            return 2
+        with tempfile.TemporaryDirectory(prefix="llama-cpp-real-") as tmp:
+            result = run_real(models, MOVIES, args.rows, jobs, repeats, args.threads, Path(tmp))
+        render, check, default_json = markdown_real, problems_real, REAL_JSON
+    else:
+        repeats = 3 if args.repeats is None else args.repeats
+        with tempfile.TemporaryDirectory(prefix="llama-cpp-bench-") as tmp:
+            result = run(args.rows, jobs, repeats, args.shape, Path(tmp))
+        render, check, default_json = markdown, problems, DEFAULT_JSON
     words = sys.argv[1:] if argv is None else argv
     result["command"] = " ".join(["python -m benchmarks.llama_cpp", *words])
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
-    args.json.with_suffix(".md").write_text(markdown(result))
-    print(markdown(result))
-    found = problems(result)
+    out = args.json or default_json
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    out.with_suffix(".md").write_text(render(result))
+    print(render(result))
+    found = check(result)
     for line in found:
         print(f"error: {line}")
     return 1 if found else 0

@@ -2,9 +2,10 @@
 
 `run_pair(binary, model, movies_csv, home)` runs one query job (Q1 by default) once per method
 with `LLM_ASSETS_ENGINE=openai`, each against a fresh `llama-server` (one slot, empty cache),
-and returns one `PairRun` per method: the project's own counts (the `llm_outputs`
-materialization's metadata), the server's `/metrics` counters over the run, the row accounting,
-the asset checks, and the requests exactly as sent (for the simulator's prediction).
+and returns one `PairRun` per method (or per named rung of options, `rungs`): the project's own
+counts (the `llm_outputs` materialization's metadata), the server's `/metrics` counters over the
+run, the row accounting, the asset checks, the requests exactly as sent (for the simulator's
+prediction) and each row's answer (for agreement between runs).
 
 `run_query(job, movies_csv, method)` is the single call into the project's pipeline; it reads
 the engine from the `LLM_ASSETS_*` environment that `openai_env` sets, like `dagster job
@@ -20,7 +21,8 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,10 +67,26 @@ class QueryRun:
     failed_checks: list[str]
     requests: pd.DataFrame
     """One row per request sent, in send order: prompt, prompt/cached/output tokens."""
+    answers: dict[int, str | None] = field(default_factory=dict)
+    """The first LLM call's answer per row of the query's `result` (`_row`, numbered before
+    any predicate, so the same row in every run); None: the row was not answered."""
+    statuses: dict[str, int] = field(default_factory=dict)
+    """Rows of the query's `result` (every row of the join) by status: answered, skipped
+    (a null field, a pushed-down predicate) or failed."""
 
 
-def run_query(job: str, movies_csv: Path, method: str, *, max_concurrency: int = 1) -> QueryRun:
-    """Run `job` on `movies_csv` with reordering `method` through the project's pipeline."""
+def run_query(
+    job: str,
+    movies_csv: Path,
+    method: str,
+    *,
+    max_concurrency: int = 1,
+    options: dict | None = None,
+    engine_options: dict | None = None,
+) -> QueryRun:
+    """Run `job` on `movies_csv` with reordering `method` through the project's pipeline;
+    `options` are more `options` resource overrides (dedup, pushdown, ...), `engine_options`
+    more `llm_engine` config (use_chat, server_style, ...)."""
     from jobs.definitions import build_defs
     from jobs.resources import get_environment, resources_for
 
@@ -77,11 +95,12 @@ def run_query(job: str, movies_csv: Path, method: str, *, max_concurrency: int =
         "base_url": {"env": "LLM_ASSETS_OPENAI_BASE_URL"},
         "model": {"env": "LLM_ASSETS_OPENAI_MODEL"},
         "max_concurrency": max_concurrency,
+        **(engine_options or {}),
     }
     config = {
         "ops": {"movies_source": {"config": {"paths": [str(movies_csv)]}}},
         "resources": {
-            "options": {"config": {"method": method}},
+            "options": {"config": {**(options or {}), "method": method}},
             "llm_engine": {"config": engine},
             "response_cache": {"config": {"enabled": False}},
         },
@@ -99,7 +118,33 @@ def run_query(job: str, movies_csv: Path, method: str, *, max_concurrency: int =
         if not e.passed
     ]
     group = job.removesuffix("_job")
-    return QueryRun(result.success, metadata, failed, _requests_sent(group))
+    rows = _result_rows(group)
+    answers = {r: (a if status == "answered" else None) for r, a, status in rows}
+    statuses = dict(Counter(status for _, _, status in rows))
+    return QueryRun(result.success, metadata, failed, _requests_sent(group), answers, statuses)
+
+
+def _result_rows(group: str) -> list[tuple[int, str | None, str]]:
+    """(`_row`, the first LLM call's answer `llm_1`, status) per row of the query's `result`
+    (none when the run stored no result)."""
+    from resources.home import llm_assets_home
+
+    path = llm_assets_home() / "warehouse.duckdb"
+    if not path.exists():
+        return []
+    with duckdb.connect(str(path), read_only=True) as con:
+        columns = {
+            c
+            for (c,) in con.execute(
+                "select column_name from information_schema.columns "
+                "where table_schema = ? and table_name = 'result'",
+                [group],
+            ).fetchall()
+        }
+        if not {"_row", "llm_1", "status"} <= columns:
+            return []
+        rows = con.execute(f"select _row, llm_1, status from {group}.result").fetchall()
+    return [(int(r), a, str(status)) for r, a, status in rows]
 
 
 def _requests_sent(group: str) -> pd.DataFrame:
@@ -157,21 +202,38 @@ def run_pair(
     *,
     job: str = "q1_job",
     methods: tuple[str, ...] = ("original", "ggr"),
+    rungs: Mapping[str, Mapping[str, object]] | None = None,
     slots: int = 1,
+    alias: str = ALIAS,
+    threads: int = 1,
+    engine_options: Mapping[str, object] | None = None,
 ) -> list[PairRun]:
-    """`job` once per method, each on a fresh `llama-server` with `slots` slots."""
+    """`job` once per method, each on a fresh `llama-server` with `slots` slots and `threads`
+    CPU threads. `rungs` (name -> `options` overrides, `method` among them) replaces
+    `methods` when given; `engine_options` is more `llm_engine` config (`use_chat`, ...)."""
+    chosen = rungs if rungs is not None else {m: {"method": m} for m in methods}
     runs = []
-    for method in methods:
-        log = home / f"llama-server-{method}.log"
-        with LlamaServer(binary, model, slots=slots, log_path=log) as server:
+    for name, options in chosen.items():
+        log = home / f"llama-server-{name}.log"
+        extra = {k: v for k, v in options.items() if k != "method"}
+        with LlamaServer(
+            binary, model, alias=alias, slots=slots, threads=threads, log_path=log
+        ) as server:
             before = server.metrics()
-            with openai_env(server.base_url, ALIAS, home / method):
+            with openai_env(server.base_url, alias, home / name):
                 start = time.perf_counter()
-                run = run_query(job, movies_csv, method, max_concurrency=slots)
+                run = run_query(
+                    job,
+                    movies_csv,
+                    str(options["method"]),
+                    max_concurrency=slots,
+                    options=extra,
+                    engine_options=dict(engine_options or {}),
+                )
                 wall = time.perf_counter() - start
             after = server.metrics()
         delta = {k: after[k] - before.get(k, 0.0) for k in after if k.endswith("_total")}
-        runs.append(PairRun(method, run, delta, wall))
+        runs.append(PairRun(name, run, delta, wall))
     return runs
 
 
