@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -470,6 +471,24 @@ def verdict_line(task: str, model: str, m: dict, floor_slots: int) -> str:
     return line
 
 
+def answer_shapes(entry: dict, model: str, m: dict) -> str:
+    """What the answers look like per run: the share of the first choice value (a choice
+    task) or of answers that copy a `{placeholder}` of the instruction (a text task)."""
+    runs = m["runs"]
+
+    def shares(test) -> str:
+        def rate(answers: list) -> float:
+            return sum(map(test, answers)) / max(1, len(answers))
+
+        return ", ".join(f"{name} {rate(runs[name]['answers']):.0%}" for name in METHODS)
+
+    if entry["kind"] == "choice":
+        value = entry["sql"].split("choice(")[1].split(",")[0]
+        return f"- {model}, answers '{value}': {shares(lambda a: a == value)}."
+    copied = shares(lambda a: a is not None and re.search(r"\{\w+\}", a) is not None)
+    return f"- {model}, answers copying a `{{placeholder}}` of the instruction: {copied}."
+
+
 def _delta_cell(r: dict) -> str:
     v = r["versus_written"]
     if v is None:
@@ -488,6 +507,12 @@ def markdown(result: dict, png: str = "quality.png") -> str:
             f" (uncommitted changes in the tree: {len(result['modified'])} files under "
             "llm_assets/, resources/ or benchmarks/)"
             if result["modified"]
+            else ""
+        )
+        + (
+            f" (this page and the plot rendered from its JSON by `--render` at commit "
+            f"`{result['rendered_at'][:12]}`)"
+            if result.get("rendered_at", result["commit"]) != result["commit"]
             else ""
         )
         + f"; {result['started_utc']} to {result['finished_utc']}, {result['wall_s']:.0f} s "
@@ -553,6 +578,8 @@ def markdown(result: dict, png: str = "quality.png") -> str:
             )
         for model, m in entry["models"].items():
             lines.append(verdict_line(task, model, m, e["floor_slots"]))
+        for model, m in entry["models"].items():
+            lines.append(answer_shapes(entry, model, m))
         lines.append("")
         for model, m in entry["models"].items():
             ro = m["runs"]["rows_only"]["construction"]
@@ -664,14 +691,26 @@ def plot(result: dict, path: Path) -> None:
                 range(len(METHODS)), METHODS, rotation=20, ha="right", fontsize=8
             )
             axes[row][col].set_ylim(0, 1.0)
-        for row in range(3):
-            axes[row][col].legend(fontsize=8, loc="lower right")
+    # one legend for the figure, above the panels (inside them it covered bars)
+    handles: dict = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
     fig.suptitle(
         f"SQuAD v2 sample of {result['data']['rows']} questions, llama.cpp on CPU, greedy "
         f"(commit {result['commit'][:10]})",
         fontsize=11,
     )
-    fig.tight_layout()
+    fig.legend(
+        list(handles.values()),
+        list(handles),
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.965),
+        ncol=len(handles),
+        fontsize=9,
+        frameon=False,
+    )
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -710,6 +749,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.render:
         result = json.loads(args.json.read_text())
+        result["rendered_at"] = git_state()["commit"]
         write_reports(result, args.json, plot_too=not args.no_plot)
         return 1 if problems(result) else 0
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]

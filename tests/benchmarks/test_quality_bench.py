@@ -355,12 +355,19 @@ def test_the_markdown_names_the_commit_command_and_every_run():
                    "threads": 1, "prompt_style": "named"},
     }  # fmt: skip
     entry = r["tasks"]["t"]
-    entry |= {"sql": "SELECT 1", "what": "w", "majority_baseline": None}
+    entry |= {"sql": "LLM('{q}', output => 'choice(yes,no)')", "what": "w",
+              "majority_baseline": None}  # fmt: skip
     for run_ in entry["models"]["m"]["runs"].values():
         run_ |= {"accuracy": {"k": 1, "n": 4, "rate": 0.25, "lo": 0.0, "hi": 0.7},
                  "first_prompt": "p", "versus_written": None}  # fmt: skip
     text = quality.markdown(r, "x.png")
     assert "0123456789ab" in text and "`x`" in text and "![quality](x.png)" in text
+    assert "rendered" not in text
+    # method answers ["no", "no", "yes", "no"]: 25% yes; written (and rows_only) 50%
+    assert "answers 'yes': original 50%, rows_only 50%, column_stats 25%, ggr 25%" in text
+    assert "rendered from its JSON by `--render` at commit `fedcba987654`" in quality.markdown(
+        r | {"rendered_at": "fedcba9876543210"}
+    )
     for name in quality.RUNS:
         assert f"| m | {name}:" in text
 
