@@ -134,7 +134,7 @@ def plan_table(report: dict) -> str:
     else:
         lines.append("")
     lines += table_lines(
-        header, [_stage_row(n, m, m["rows_to_first_llm"]) for n, m in methods.items()]
+        header, [_stage_row(n, m, m["stages"][0]["rows"]) for n, m in methods.items()]
     )
     pricings = [k for k in (first or {}).get("cost_usd", {}) if k != "self_hosted"]
     if pricings:
@@ -182,8 +182,9 @@ def plan_table(report: dict) -> str:
             f"{g['share_of_stage_chars']:.1%} of the stage's prompt characters)"
             for name, call, g in guards
         ]
-    lines += ["", "rows: rows reaching the stage; engine s: simulated seconds; "
-              "--json prints every figure"]  # fmt: skip
+    lines += ["", "rows: rows reaching the stage (the first stage, in a total), before rows "
+              "with a null LLM input are skipped and duplicate inputs merged into requests; "
+              "engine s: simulated seconds; --json prints every figure"]  # fmt: skip
     return "\n".join(lines)
 
 

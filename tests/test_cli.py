@@ -257,7 +257,7 @@ def test_plan_prints_a_table_by_default_with_the_json_figures(table_csv, query_s
         cells = lines[start + i].split()
         assert cells[0] == name
         rows, requests, prompt, cached = (int(c.replace(",", "")) for c in cells[1:5])
-        assert (rows, requests) == (m["rows_to_first_llm"], m["n_requests"])
+        assert (rows, requests) == (m["stages"][0]["rows"], m["n_requests"])  # rows reaching
         assert (prompt, cached) == (m["prompt_tokens"], m["cached_tokens"])
         assert cells[5] == f"{m['token_hit_rate']:.1%}"
     assert "llm_1" in lines[0] and "nothing sent" in lines[0]
