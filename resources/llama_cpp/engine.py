@@ -97,6 +97,12 @@ class LlamaCppEngine(EngineWrapper):
         return True
 
     @property
+    def max_model_len(self) -> int:
+        """One slot's context window: the server is started with `slots x ctx_per_slot`
+        tokens, split evenly over its slots (planning starts no server to ask)."""
+        return self.config.ctx_per_slot
+
+    @property
     def honours_priority(self) -> bool:
         return False
 

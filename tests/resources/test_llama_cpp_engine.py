@@ -223,3 +223,13 @@ def test_a_killed_owner_leaves_no_server_behind(tmp_path, standin):
         owner.kill()
         for pid in _server_pids(str(model)):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_planning_reads_the_context_window_without_starting_a_server(tmp_path, standin):
+    from resources.llama_cpp.engine import LlamaCppEngine
+
+    engine = LlamaCppEngine(
+        model=str(_gguf(tmp_path / "m.gguf")), llama_server=str(standin), ctx_per_slot=2048
+    )
+    assert engine.max_model_len == 2048 and engine.count_tokens("a few words") > 0
+    assert engine.model == "m" and engine.server is None  # nothing started
