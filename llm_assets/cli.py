@@ -229,8 +229,8 @@ def response_cache(engine: str, cache: bool | None):
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
-    help="Write every row with its status; the format follows the extension "
-    "(.parquet, .csv, .tsv, .jsonl, .json), written atomically.",
+    help="Write every row with its status, and the query's answer beside it as X.answer.ext; "
+    "the format follows the extension (.parquet, .csv, .tsv, .jsonl, .json), written atomically.",
 )
 @click.option(
     "--cache/--no-cache",
@@ -264,8 +264,7 @@ def run_command(query_path, tables, method, out, cache, chunk_size, label_column
     sql = read_sql(query_path)
     named = parse_tables(tables)
     query, frames = load_inputs(sql, named, query_path.stem, label_column)
-    aggregates = query.aggregate is not None
-    check_out(out, named, query_path, aggregates)
+    check_out(out, named, query_path, True)  # the result and, beside it, the answer
     responses = response_cache(switches.engine, cache)
     kept = (
         f"; answered requests are in the response cache {responses.path}, a rerun sends "
@@ -287,8 +286,7 @@ def run_command(query_path, tables, method, out, cache, chunk_size, label_column
     if out is not None:
         try:
             write_table(run.result, out)
-            if aggregates:
-                write_table(run.answer, answer_path(out))
+            write_table(run.answer, answer_path(out))
         except Exception as exc:  # noqa: BLE001 - any failure to write is one line
             reason = " ".join(str(exc).split()) or type(exc).__name__
             where = (
@@ -308,14 +306,12 @@ def run_command(query_path, tables, method, out, cache, chunk_size, label_column
         "quality": quality_report(run.stages, label_column, run.stats.engine),
     }
     report["answer_rows"] = len(run.answer)
-    if aggregates:  # the aggregate itself: one row without GROUP BY
-        report["answer"] = answer_records(run.answer)
+    report["answer"] = answer_records(run.answer)  # what the SELECT returns, first rows
     if run.filter_order is not None:
         report["llm_filter_order"] = run.filter_order.report()
     if out is not None:
         report["out"] = str(out)
-        if aggregates:
-            report["answer_out"] = str(answer_path(out))
+        report["answer_out"] = str(answer_path(out))
     click.echo(json.dumps(report))
 
 

@@ -93,7 +93,7 @@ def load_inputs(sql: str, tables: dict[str, str], name: str, label: str | None =
 
 
 def answer_path(out: Path) -> Path:
-    """Where `--out X.ext` puts an aggregating query's answer: `X.answer.ext`."""
+    """Where `--out X.ext` puts the query's answer (what its SELECT returns): `X.answer.ext`."""
     return out.with_name(f"{out.stem}.answer{out.suffix}")
 
 

@@ -19,8 +19,13 @@ The stages, in order:
    non-LLM predicates run here instead, as SQL over the output names. Predicates and LLM
    filters are a conjunction, so the final rows are the same either way; only the number of
    LLM calls differs.
-5. **aggregate** (if any), last, over the rows that passed and were answered; without GROUP
-   BY it is one row (`query_sql.aggregate_sql`). Then the `projection`.
+5. **answer**, last, in DuckDB over the rows the WHERE keeps (`query_sql.answer_select`),
+   each LLM call's answers a column, NULL where the row was skipped (a null LLM input) or
+   failed: the `projection` (with its SELECT aliases and `*`), or the `aggregate` (without
+   GROUP BY one row), then the `shape`'s DISTINCT, ORDER BY, OFFSET and LIMIT
+   (`llm_assets.query_answer`). A LIMIT without an ORDER BY on LLM outputs is pushed down: the
+   LLM calls after the last LLM filter are sent only the rows the LIMIT keeps
+   (`limit_pushdown`).
 
 Columns are written qualified, `alias.column` (e.g. `r.review_content`); LLM calls, retrievals
 and the aggregate are named by their output column (`llm_1`, `context`, `avg_score`).
@@ -45,6 +50,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llm_assets.query_answer import Shape, star_alias
 from llm_assets.query_parts import (
     Aggregate,
     Join,
@@ -96,6 +102,8 @@ class LLMQuery:
     """The final aggregation, if any."""
     semantic_joins: tuple[SemanticJoin, ...] = ()
     """Sources joined by an LLM predicate in ON (their calls run first, on candidate pairs)."""
+    shape: Shape = Shape()
+    """SELECT aliases, DISTINCT, ORDER BY, LIMIT and OFFSET: the answer's shape."""
 
     def __post_init__(self) -> None:
         if not self.sources:
@@ -141,6 +149,7 @@ class LLMQuery:
                     f"holding {f.value!r}, its output is {call.output}"
                 )
         self._check_projection(aliases, calls, retrievals)
+        self._check_shape(aliases)
 
     # ---- validation helpers -------------------------------------------------------------
 
@@ -241,7 +250,10 @@ class LLMQuery:
                 )
             return
         for item in self.projection:
-            if "." in item:
+            star = star_alias(item)
+            if star:
+                self._check_alias(f"{star}.x", aliases)
+            if star is not None or "." in item:
                 continue  # base column, alias already checked
             if item not in calls and item not in retrievals:
                 raise ValueError(
@@ -249,13 +261,74 @@ class LLMQuery:
                     f"calls: {calls}, retrievals: {sorted(retrievals)}"
                 )
 
+    def _check_shape(self, aliases: list[str]) -> None:
+        shape = self.shape
+        if shape.labels and len(shape.labels) != len(self.projection):
+            raise ValueError(
+                f"query {self.name!r}: {len(shape.labels)} SELECT aliases for "
+                f"{len(self.projection)} projection items"
+            )
+        names = self.answer_names()
+        dupes = sorted({n for n in names if n is not None and names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"query {self.name!r}: answer columns {dupes} are named twice")
+        agg = self.aggregate
+        outputs = set(agg.aliases) if agg is not None else {c.name for c in self.llm_calls}
+        if agg is not None and any(star_alias(p) is not None for p in self.projection):
+            raise ValueError(f"query {self.name!r}: SELECT * with an aggregate")
+        for key in shape.order_by:
+            for column in key.columns:
+                self._check_alias(column, aliases)
+            unknown = [o for o in key.outputs if o not in outputs]
+            if unknown:
+                raise ValueError(
+                    f"ORDER BY {key.sql} reads {unknown[0]!r}, not an output of the query; "
+                    f"outputs: {sorted(outputs)}"
+                )
+            grouped = set(agg.group_by) if agg is not None else None
+            loose = [c for c in key.columns if grouped is not None and c not in grouped]
+            if loose:
+                raise ValueError(
+                    f"ORDER BY {key.sql} reads {loose[0]}, which is not grouped; with GROUP BY "
+                    f"order by a grouped column or an aggregate's alias"
+                )
+            shown = set(self.projection)
+            hidden = [c for c in (*key.columns, *key.outputs) if shape.distinct and c not in shown]
+            if hidden and not any(star_alias(p) is not None for p in self.projection):
+                raise ValueError(
+                    f"ORDER BY {key.sql} reads {hidden[0]}, which SELECT DISTINCT does not "
+                    f"return; order by a selected column"
+                )
+
+    def answer_names(self) -> list[str | None]:
+        """Each projection item's answer column: its SELECT alias, else its output name
+        (None for a star item: its columns are named by the tables)."""
+        labels = self.shape.labels or (None,) * len(self.projection)
+        names = self.projection_columns()
+        return [
+            label or (None if star_alias(item) is not None else name)
+            for item, label, name in zip(self.projection, labels, names, strict=True)
+        ]
+
+    def limit_pushdown(self) -> bool:
+        """Whether the LLM calls after the last LLM filter need only the rows the LIMIT and
+        OFFSET keep: a LIMIT or OFFSET, no aggregate, no DISTINCT, and an ORDER BY (if any)
+        on base columns only (the rows it keeps are known before those calls)."""
+        shape = self.shape
+        return (
+            shape.cuts
+            and self.aggregate is None
+            and not shape.distinct
+            and not any(k.outputs for k in shape.order_by)
+        )
+
     # ---- columns -----------------------------------------------------------------------
 
     def _base_columns(self) -> list[str]:
         """Every qualified column any stage reads, with repeats, in order of first mention:
         projection, group-by, retrieval queries, top-k blocking columns, LLM fields,
-        predicates."""
-        out = [p for p in self.projection if "." in p]
+        predicates, ORDER BY keys."""
+        out = [p for p in self.projection if "." in p and star_alias(p) is None]
         if self.aggregate is not None:
             out += list(self.aggregate.group_by)
         out += [r.query_column for r in self.retrievals]
@@ -263,12 +336,13 @@ class LLMQuery:
         out += [c for b in blocks for c in (b.query_column, b.corpus_column)]
         out += [f for c in self.llm_calls for f in c.fields if "." in f]
         out += [c for p in self.predicates for c in p.columns]
+        out += [c for k in self.shape.order_by for c in k.columns]
         return out
 
     def columns_needed(self) -> tuple[str, ...]:
         """Every qualified base column a stage reads per row (each once, in order of first
         mention: projection, group-by, retrieval queries, top-k blocking columns, LLM fields,
-        predicates). Retrieval corpus columns are not per-row inputs: read them with
+        predicates, ORDER BY keys). Retrieval corpus columns are not per-row inputs: read them with
         `query_sql.corpus_sql`."""
         return tuple(dict.fromkeys(self._base_columns()))
 
@@ -315,6 +389,13 @@ class LLMQuery:
         LLM call, retrieval and aggregate names as they are)."""
         names = self.output_names()
         return tuple(names.get(p, p) for p in self.projection)
+
+    @property
+    def star_aliases(self) -> tuple[str, ...]:
+        """The sources whose every column the projection returns (`*`: all), in order."""
+        every = [s.alias for s in self.sources]
+        out = [a for p in self.projection if (a := star_alias(p)) is not None]
+        return tuple(dict.fromkeys(x for a in out for x in ([a] if a else every)))
 
     def filters_for(self, call_name: str) -> tuple[LLMFilter, ...]:
         """The LLM filters that apply right after `call_name`."""

@@ -24,19 +24,22 @@ WHERE
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from sqlglot import exp
 
 from llm_assets.query import SOURCE_ROW, LLMQuery
+from llm_assets.query_answer import star_alias
 from llm_assets.query_parts import Source, split_column
 from llm_assets.sql_ast import check_name, column_node, identifier, output_problem, render, table
 
 __all__ = [
     "aggregate_select",
     "aggregate_sql",
+    "answer_select",
     "corpus_sql",
     "from_sql",
+    "limit_select",
     "post_llm_predicates",
     "pre_llm_select",
     "pre_llm_sql",
@@ -160,17 +163,103 @@ def aggregate_select(query: LLMQuery, relation: str) -> exp.Select:
         raise ValueError(f"query {query.name!r} has no aggregate")
     names = query.output_names()
     by_alias = {a.alias: a for a in agg.items}
+    labels = query.shape.labels or (None,) * len(query.projection)
     items = [
-        by_alias[p].expression() if p in by_alias else exp.column(identifier(names[p]))
-        for p in query.projection
+        by_alias[p].expression()
+        if p in by_alias
+        else column_node(None, names[p]).as_(identifier(label or names[p]))
+        for p, label in zip(query.projection, labels, strict=True)
     ]
     select = exp.select(*items).from_(table(relation))
+    refs = {g: column_node(None, names[g]) for g in agg.group_by}
+    refs |= {a.alias: a.expression().this for a in agg.items}
+    keys = [k.ordered(refs) for k in query.shape.order_by]
     if agg.group_by:
         groups = [exp.column(identifier(names[g])) for g in agg.group_by]
-        select = select.group_by(*groups).order_by(
-            *(exp.Ordered(this=g.copy(), nulls_first=False) for g in groups)
-        )
-    return select
+        select = select.group_by(*groups)
+        keys += [exp.Ordered(this=g.copy(), nulls_first=False) for g in groups]
+    return _cut(select.order_by(*keys) if keys else select, query)
+
+
+def _cut(select: exp.Select, query: LLMQuery) -> exp.Select:
+    """`select` with the query's LIMIT and OFFSET."""
+    if query.shape.limit is not None:
+        select = select.limit(query.shape.limit)
+    return select.offset(query.shape.offset) if query.shape.offset else select
+
+
+ANSWER_ROWS = "_answer rows"
+"""How the answer's SQL names the relation of the kept rows (no source alias can: a space)."""
+
+
+def answer_select(
+    query: LLMQuery,
+    relation: str,
+    order_column: str | None = None,
+    stars: Mapping[str, tuple[str, Sequence[str], str]] | None = None,
+) -> exp.Select:
+    """The DuckDB SELECT of the query's answer over `relation`: the rows the WHERE keeps, with
+    base columns under `output_names()` and each LLM call's answers under its name (NULL
+    where skipped or failed). With an aggregate, `aggregate_select` (the calls aggregated by
+    AVG/SUM/MIN/MAX as numbers). Else the projection under `answer_names()`, DISTINCT, ORDER
+    BY, OFFSET and LIMIT; ties (and a query without ORDER BY) keep the order of
+    `order_column` (DISTINCT: of each distinct row's first row). `stars` gives, per source
+    alias a star item returns, (the relation holding that source's table with its row number
+    in `SOURCE_ROW`, its columns, the column of `relation` numbering its rows): a star's
+    columns are read there, as the table has them.
+
+    >>> from llm_assets.sql import compile_sql
+    >>> q = compile_sql("SELECT m.id AS movie, LLM('Stars for {plot}', m.plot) AS stars "
+    ...                 "FROM movies m ORDER BY stars DESC LIMIT 3")
+    >>> print(render(answer_select(q, "_rows", "_row")))  # doctest: +NORMALIZE_WHITESPACE
+    SELECT "_answer rows"."id" AS "movie", "_answer rows"."stars" AS "stars"
+    FROM "_rows" AS "_answer rows"
+    ORDER BY "_answer rows"."stars" DESC, "_answer rows"."_row" LIMIT 3
+    """
+    if query.aggregate is not None:
+        return aggregate_select(query, relation)
+    names = query.output_names()
+    refs = {q: column_node(ANSWER_ROWS, n) for q, n in names.items()}
+    refs |= {c.name: column_node(ANSWER_ROWS, c.name) for c in query.llm_calls}
+    items: list[exp.Expression] = []
+    joined = []
+    every = [s.alias for s in query.sources]
+    for item, name in zip(query.projection, query.answer_names(), strict=True):
+        star = star_alias(item)
+        if star is None:
+            items.append(column_node(ANSWER_ROWS, names.get(item, item)).as_(identifier(name)))
+            continue
+        for alias in [star] if star else every:
+            if stars is None or alias not in stars:
+                raise ValueError(f"query {query.name!r}: no table for {alias}.* in the answer")
+            if alias not in joined:
+                joined.append(alias)
+            items += [column_node(alias, column) for column in stars[alias][1]]
+    select = exp.select(*items).from_(table(relation, ANSWER_ROWS))
+    for alias in joined:
+        source, _, rows = stars[alias]
+        on = exp.EQ(this=column_node(alias, SOURCE_ROW), expression=column_node(ANSWER_ROWS, rows))
+        select = select.join(table(source, alias), on=on)
+    keys = [k.ordered(refs) for k in query.shape.order_by]
+    last = column_node(ANSWER_ROWS, order_column) if order_column else None
+    if query.shape.distinct:
+        select = select.group_by(*(i.this if isinstance(i, exp.Alias) else i for i in items))
+        last = exp.func("MIN", last) if last is not None else None
+    keys += [exp.Ordered(this=last)] if last is not None else []
+    return _cut(select.order_by(*keys) if keys else select, query)
+
+
+def limit_select(query: LLMQuery, relation: str, order_column: str) -> exp.Select:
+    """`SELECT order_column FROM relation ORDER BY <keys>, order_column LIMIT n OFFSET m`:
+    the rows the query's LIMIT keeps, from rows holding the base columns its ORDER BY reads
+    (`LLMQuery.limit_pushdown`: no key reads an LLM output) under `output_names()`. Ties are
+    broken as `answer_select` breaks them, so both keep the same rows."""
+    names = query.output_names()
+    refs = {q: column_node(None, n) for q, n in names.items()}
+    keys = [k.ordered(refs) for k in query.shape.order_by]
+    keys.append(exp.Ordered(this=column_node(None, order_column)))
+    select = exp.select(column_node(None, order_column)).from_(table(relation)).order_by(*keys)
+    return _cut(select, query)
 
 
 def aggregate_sql(query: LLMQuery, relation: str) -> str:

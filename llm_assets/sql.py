@@ -6,14 +6,19 @@ compiled by `llm_assets.sql_clauses`.
 
 The supported language is one SELECT (DuckDB dialect, parsed with sqlglot):
 
-    SELECT item, ... FROM t [AS] a [JOIN u [AS] b ON a.x = b.y [AND ...]] ...
-    [WHERE conjunct AND ...] [GROUP BY column, ...]
+    SELECT [DISTINCT] item, ... FROM t [AS] a [JOIN u [AS] b ON a.x = b.y [AND ...]] ...
+    [WHERE conjunct AND ...] [GROUP BY column, ...] [ORDER BY key, ...] [LIMIT n] [OFFSET m]
 
-- a SELECT item is a column, `LLM(...) [AS name]`, `AVG|SUM|COUNT|MIN|MAX(LLM(...)) [AS name]`
-  (at most one per query) or `COUNT(*) [AS name]`; with an aggregate, GROUP BY columns and the
-  aggregates are the only items. Without GROUP BY the answer is exactly one row (also when no
-  row reaches it: COUNT 0, the others null). The aggregates read the rows that passed and were
-  answered (`COUNT(*)` counts them); AVG/SUM/MIN/MAX read each answer as a number;
+- a SELECT item is a column `[AS name]`, `*` or `a.*`, `LLM(...) [AS name]`,
+  `AVG|SUM|COUNT|MIN|MAX(LLM(...)) [AS name]` (at most one per query) or `COUNT(*) [AS name]`;
+  with an aggregate, GROUP BY columns and the aggregates are the only items. Without GROUP BY
+  the answer is exactly one row (also when no row reaches it: COUNT 0, the others null). The
+  aggregates read every row the WHERE keeps: a row skipped (a null LLM input) or failed
+  contributes NULL to the LLM aggregate, which ignores it as SQL does, and `COUNT(*)` counts
+  it; AVG/SUM/MIN/MAX read each answer as a number;
+- DISTINCT, ORDER BY, LIMIT and OFFSET run in DuckDB over the answer (`llm_assets.sql_shape`);
+  a LIMIT without an ORDER BY on an LLM output is pushed below the LLM calls of SELECT
+  (`LLMQuery.limit_pushdown`); LLM filters in WHERE see every row the other conjuncts keep;
 - `LLM('template', arg, ...)`: the template is a string literal whose `{placeholders}` are the
   bare names of its column arguments (`{movie_info}` for `m.movie_info`); an argument is a
   column or `similarity_search(col, k => 3 [, corpus => a.c])`, a `Retrieval` named after the
@@ -108,8 +113,11 @@ from llm_assets.query import LLMQuery
 from llm_assets.sql_ast import case_twin, parse_error
 from llm_assets.sql_clauses import Compiler
 from llm_assets.sql_nodes import SQLError, show
+from llm_assets.sql_shape import REFUSED, compile_shape
 
-SUPPORTED_CLAUSES = ("expressions", "from_", "joins", "where", "group")
+SUPPORTED_CLAUSES = (
+    "expressions", "from_", "joins", "where", "group", "order", "limit", "offset", "distinct"
+)  # fmt: skip
 
 
 def _statement(sql: str) -> exp.Select:
@@ -128,13 +136,17 @@ def _statement(sql: str) -> exp.Select:
     for key, value in stmt.args.items():
         if value and key not in SUPPORTED_CLAUSES:
             text = show(value) if isinstance(value, exp.Expression) else str(value)
+            hint = f"{REFUSED[key]}; " if key in REFUSED else ""
             raise SQLError(
-                f"unsupported clause {key.rstrip('_').upper()}: {text} "
-                f"(supported: SELECT, FROM, JOIN ... ON, WHERE, GROUP BY)"
+                f"unsupported clause {key.rstrip('_').upper()}: {text[:80]} ({hint}supported: "
+                f"SELECT [DISTINCT], FROM, JOIN ... ON, WHERE, GROUP BY, ORDER BY, LIMIT, OFFSET)"
             )
     for node in stmt.walk():
         if node is not stmt and isinstance(node, exp.Subquery | exp.Select | exp.SetOperation):
-            raise SQLError(f"unsupported subquery: {show(node)}")
+            raise SQLError(
+                f"unsupported subquery: {show(node)} (write one SELECT over the tables; join "
+                f"them with INNER JOIN ... ON)"
+            )
     if stmt.args.get("from_") is None:
         raise SQLError(f"SELECT without FROM: {show(stmt)}")
     return stmt
@@ -176,7 +188,8 @@ def compile_sql(
     c.sources.append(c.source(stmt.args["from_"].this, "FROM"))
     joins = c.joins(stmt)
     predicates, filters = c.where(stmt)
-    projection, aggregate, _ = c.select(stmt)
+    projection, aggregate, labels = c.select(stmt)
+    shape = compile_shape(c, stmt, projection, labels, aggregate)
     try:
         query = LLMQuery(
             name=name,
@@ -189,6 +202,7 @@ def compile_sql(
             projection=tuple(projection),
             aggregate=aggregate,
             semantic_joins=tuple(c.semantic_joins),
+            shape=shape,
         )
     except ValueError as exc:
         raise SQLError(f"{exc} in: {show(stmt)}") from exc

@@ -30,7 +30,7 @@ from llm_assets.query_parts import (
     TopK,
     placeholder_names,
 )
-from llm_assets.sql_ast import alias_problem, column_problem, table_problem
+from llm_assets.sql_ast import alias_problem, column_problem, output_problem, table_problem
 from llm_assets.sql_nodes import (
     ACCEPTED_AGGREGATES,
     AGGREGATES,
@@ -47,6 +47,7 @@ from llm_assets.sql_nodes import (
     llm_comparison,
     show,
     similarity_in,
+    star_item,
 )
 from llm_assets.sql_outputs import Implied, resolve, split_options
 
@@ -361,19 +362,21 @@ class Compiler:
 
     # ---- SELECT -------------------------------------------------------------------------------
 
-    def select(self, select: exp.Select) -> tuple[list[str], Aggregate | None, list[str]]:
+    def select(self, select: exp.Select) -> tuple[list[str], Aggregate | None, list[str | None]]:
+        """(projection, aggregate, each item's SELECT alias on a plain column or None)."""
         projection: list[str] = []
+        labels: list[str | None] = []
         aggregated: list[tuple[int, str, exp.Anonymous | None, exp.Expression, str | None]] = []
         for item in select.expressions:
             alias = item.alias if isinstance(item, exp.Alias) else None
             node = item.this if isinstance(item, exp.Alias) else item
-            if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
-                if alias is not None:
-                    raise SQLError(
-                        f"unsupported in SELECT: {show(item)} (aliases on plain columns are "
-                        f"not supported; write {node.sql()})"
-                    )
+            labels.append(None)
+            if star_item(node, item) is not None:
+                projection.append(self.star(node, item))
+            elif isinstance(node, exp.Column):
                 projection.append(self.qualify(node, "SELECT", item))
+                if alias is not None:
+                    labels[-1] = checked_name("SELECT alias", alias, output_problem, "SELECT")
             elif is_llm(node):
                 call = self.llm_call(node, "SELECT", item, alias, Implied.nothing())
                 projection.append(call.name)
@@ -394,23 +397,25 @@ class Compiler:
                     "an LLM call may appear bare, aliased, or as the only argument of "
                     f"AVG/SUM/COUNT/MIN/MAX; {ACCEPTED_AGGREGATES}"
                     if has_llm(node)
-                    else f"only columns, LLM(...), {ACCEPTED_AGGREGATES}"
+                    else f"select columns (col AS name), *, LLM(...); {ACCEPTED_AGGREGATES}"
                 )
                 raise SQLError(f"unsupported in SELECT: {show(item)} ({why})")
         group = select.args.get("group")
         group_by: list[str] = []
+        named = {label: p for p, label in zip(projection, labels, strict=True) if label}
         if group is not None:
             for g in group.expressions:
                 if not isinstance(g, exp.Column):
                     raise SQLError(f"unsupported in GROUP BY: {show(g)} (only columns)")
-                group_by.append(self.qualify(g, "GROUP BY", g))
+                by_alias = named.get(g.name) if not g.table else None
+                group_by.append(by_alias or self.qualify(g, "GROUP BY", g))
             if not aggregated:
                 raise SQLError(
                     f"unsupported GROUP BY {show(group)} without "
                     f"AVG/SUM/COUNT/MIN/MAX(LLM(...)) or COUNT(*) in SELECT"
                 )
         if not aggregated:
-            return projection, None, group_by
+            return projection, None, labels
         items = []
         for position, function, node, item, alias in aggregated:
             if node is None:
@@ -428,4 +433,13 @@ class Compiler:
             aggregate = Aggregate(tuple(group_by), tuple(items))
         except ValueError as exc:
             raise SQLError(f"{exc} in SELECT: {show(select)}") from exc
-        return projection, aggregate, group_by
+        return projection, aggregate, labels
+
+    def star(self, node: exp.Expression, item: exp.Expression) -> str:
+        """`*` or `alias.*` in SELECT: every column of the sources, or of one."""
+        alias = star_item(node, item)
+        if alias and alias not in self.aliases():
+            raise SQLError(
+                f"unknown alias {alias!r} in SELECT: {show(item)}; sources: {self.aliases()}"
+            )
+        return f"{alias}.*" if alias else "*"

@@ -114,3 +114,20 @@ def similarity_in(cond: exp.Expression) -> tuple[exp.Column, exp.Anonymous] | No
     if len(options) != 1 or not is_call(options[0], SEARCH_FUNCTION):
         return None
     return cond.this, options[0]
+
+
+def star_item(node: exp.Expression, item: exp.Expression) -> str | None:
+    """For a SELECT item: `""` for `*`, the alias for `a.*`, None for anything else;
+    `SQLError` for a star this language does not take (`* EXCLUDE (...)`, `* REPLACE (...)`,
+    `COLUMNS(...)`, an alias on a star)."""
+    star = node if isinstance(node, exp.Star) else None
+    if isinstance(node, exp.Column) and isinstance(node.this, exp.Star):
+        star = node.this
+    if star is None:
+        return None
+    if any(star.args.get(k) for k in star.args) or item is not node:
+        raise SQLError(
+            f"unsupported in SELECT: {show(item)} (a star is * or alias.*, without EXCLUDE, "
+            f"REPLACE, RENAME or an alias; list the columns instead)"
+        )
+    return node.table if isinstance(node, exp.Column) else ""

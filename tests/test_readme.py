@@ -215,7 +215,9 @@ def test_first_query_component_materializes_every_row(workdir, monkeypatch):
     checks = result.get_asset_check_evaluations()
     assert checks and all(c.passed for c in checks)
     assert_first_query_result(warehouse_table("my_reviews.result"))
-    assert len(warehouse_table("my_reviews.answer")) == 3  # the rows the query keeps
+    # the rows the WHERE keeps: row 5's empty review is kept, its sentiment NULL (as SQL)
+    answer = warehouse_table("my_reviews.answer")
+    assert len(answer) == 4 and answer["sentiment"].isna().sum() == 1
 
 
 def test_other_components_load(workdir, monkeypatch):

@@ -19,6 +19,7 @@ from llm_assets.assets.definition import QueryDefinition, partitions_label
 from llm_assets.pipeline.filtering import pair_sides, run_filtered
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.quality import with_labels
+from llm_assets.pipeline.results import check_answer
 from llm_assets.pipeline.retrieval import retrieve
 from llm_assets.pipeline.rows import SKIP
 from llm_assets.pipeline.typecheck import check_predicates
@@ -161,10 +162,11 @@ def filtered_asset(qdef: QueryDefinition) -> dg.AssetsDefinition:
                 options.pushdown,
                 options.max_pairs,
                 options.retriever,
-                source_rows=labelled,
+                source_rows=labelled or bool(qdef.query.star_aliases),  # `*`: read by row
             )
             if labelled:  # each row's label, by source row: never an LLM field
                 out = with_labels(qdef.query, by_table, out, qdef.label_column)
+            check_answer(qdef.query, out, by_table)  # the SQL after the LLM binds
         except ValueError as exc:
             raise _failure(context, qdef, exc) from None
         sql = pre_llm_sql(qdef.query, options.pushdown)

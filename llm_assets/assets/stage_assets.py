@@ -12,6 +12,7 @@ from llm_assets.assets import checks
 from llm_assets.assets.builders import (
     COMMON,
     ORDER,
+    _arg,
     _calls,
     _ins,
     _options,
@@ -76,7 +77,7 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall, execute: Execute 
     def plan(context: dg.AssetExecutionContext, **ins):
         options = _options(context, qdef)
         engine = getattr(context.resources, engine_key).engine
-        rows = stage_input(ins["base"], qdef.query, _previous(qdef, k, ins))
+        rows = stage_input(ins["base"], qdef.query, _previous(qdef, k, ins), options.pushdown)
         started = time.perf_counter()
         cache = context.resources.response_cache.cache()
         call = _calls(qdef, ins)[k]
@@ -231,17 +232,25 @@ def result_assets(qdef: QueryDefinition) -> list:
         context.add_output_metadata(accounting(out))
         return out
 
+    # `SELECT *` reads the tables' columns by source row number
+    by_alias = {s.alias: s.table for s in qdef.query.sources}
+    stars = sorted({by_alias[a] for a in qdef.query.star_aliases})
+
     @dg.asset(
         key=qdef.key("answer"),
-        ins={"result": dg.AssetIn(qdef.key("result"))},
+        ins={"result": dg.AssetIn(qdef.key("result"))}
+        | {_arg(t): dg.AssetIn(qdef.source_key(t)) for t in stars},
         group_name=qdef.name,
         kinds={"pandas"},
         partitions_def=qdef.partitions_def,
         backfill_policy=qdef.backfill_policy,
         description="The query's output: projected rows that passed, or the aggregate.",
     )
-    def answer(context: dg.AssetExecutionContext, result: pd.DataFrame):
-        out = run_answer(result, qdef.query)
+    def answer(context: dg.AssetExecutionContext, result: pd.DataFrame, **tables):
+        try:
+            out = run_answer(result, qdef.query, {t: tables[_arg(t)] for t in stars})
+        except ValueError as exc:
+            raise dg.Failure(str(exc)) from None
         preview = out.head(5).to_markdown(index=False)
         context.add_output_metadata({"rows": len(out), "preview": dg.MetadataValue.md(preview)})
         return out

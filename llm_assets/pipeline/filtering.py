@@ -15,18 +15,11 @@ import sqlglot
 from sqlglot import exp
 
 from llm_assets.optimizer.table import TRANSIENT
+from llm_assets.pipeline.connection import locked_connection
 from llm_assets.pipeline.rows import ROW
 from llm_assets.query import LLMQuery
 from llm_assets.query_sql import post_llm_predicates, pre_llm_sql
 from llm_assets.sql import check_columns
-
-
-def locked_connection() -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection that cannot touch files or attach databases, with its
-    configuration locked: the user's SQL sees only the relations registered on it."""
-    con = duckdb.connect(config={"enable_external_access": False})
-    con.execute("SET lock_configuration = true")
-    return con
 
 
 def predicate_only_columns(query: LLMQuery) -> dict[str, list[str]]:
@@ -35,6 +28,7 @@ def predicate_only_columns(query: LLMQuery) -> dict[str, list[str]]:
     prompt, a projection or a join key sees the value exactly as written."""
     other = {c for c in query.projection if "." in c}
     other |= set(query.aggregate.group_by if query.aggregate else ())
+    other |= {c for key in query.shape.order_by for c in key.columns}  # sorted as text
     other |= {f for call in query.llm_calls for f in call.fields if "." in f}
     other |= {c for r in query.retrievals for c in (r.query_column, r.corpus_column)}
     for j in query.joins:

@@ -37,7 +37,7 @@ from llm_assets.pipeline.plan import (
     relquery_id,
 )
 from llm_assets.pipeline.pricing import PriceSample, price_stage
-from llm_assets.pipeline.rows import INPUT, stage_input
+from llm_assets.pipeline.rows import INPUT, limit_rows, stage_input
 from llm_assets.pipeline.run import prepare
 from llm_assets.pipeline.send import send_stage
 from llm_assets.query import LLMQuery
@@ -122,7 +122,7 @@ def plan_query(
     calls = list(query.llm_calls)
     if not calls:
         return out
-    first = stage_input(base, query, [])
+    first = stage_input(base, query, [], limit=options.pushdown)
     inputs: list[tuple[pd.DataFrame, float]] = [(first, 1.0)]
     if len(calls) > 1:
         sampler = sample_engine or engine
@@ -164,14 +164,29 @@ def later_inputs(
         out.sample_requests += sent.sent
         previous.append((call, deduped, outputs))
         reached = stage_input(sample, query, previous)
-        eligible_sample = answerable(query, call, eligible_sample, options, engine)
+        filters = bool(query.filters_for(call.name))  # a call that filters nothing drops none
+        if filters:
+            eligible_sample = answerable(query, call, eligible_sample, options, engine)
         share = len(reached) / len(eligible_sample) if len(eligible_sample) else 0.0
         if whole:
-            result.append((reached, share))
+            result.append((cap(query, calls[: k + 1], reached, options), share))
             continue
-        eligible = answerable(query, call, eligible, options, engine)
-        result.append((draw(query, calls[: k + 1], eligible, share, seed), share))
+        if filters:
+            eligible = answerable(query, call, eligible, options, engine)
+        rows = draw(query, calls[: k + 1], eligible, share, seed)
+        result.append((cap(query, calls[: k + 1], rows, options), share))
     return result
+
+
+def cap(
+    query: LLMQuery, earlier: Sequence[LLMCall], rows: pd.DataFrame, options: QueryOptions
+) -> pd.DataFrame:
+    """The predicted `rows` of a stage after `earlier`, as many as the query's LIMIT lets
+    reach it (`rows.limit_rows`, when every LLM filter is among `earlier`)."""
+    done = {c.name for c in earlier}
+    if options.pushdown and {f.call_name for f in query.llm_filters} <= done:
+        return limit_rows(rows, query).reset_index(drop=True)
+    return rows
 
 
 def answerable(

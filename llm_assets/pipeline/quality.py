@@ -256,8 +256,8 @@ def with_labels(
     """`base` (`filtered` with its source row numbers: `run_filtered(..., source_rows=True)`)
     with `LABEL`: each row's value of the label column, read from its source row
     (`source_row_column`), as text (a list or other non-text value as JSON text, null as
-    None), and the source row numbers dropped again (a semantic join's pairs keep theirs). A
-    label column that is not there is `resolve_label`'s ValueError."""
+    None), and the source row numbers dropped again (a semantic join's pairs and a `SELECT *`
+    keep theirs). A label column that is not there is `resolve_label`'s ValueError."""
     columns = {t: column_names(frame) for t, frame in tables.items()}
     alias, column = resolve_label(query, columns, label)
     source = tables[next(s.table for s in query.sources if s.alias == alias)]
@@ -267,7 +267,7 @@ def with_labels(
     else:
         values = source[column].to_numpy(dtype=object)[rows].tolist()
     numbers = [c for c in base.columns if c.startswith(SOURCE_ROWS)]
-    out = base.drop(columns=[] if query.semantic_joins else numbers)
+    out = base.drop(columns=[] if query.semantic_joins or query.star_aliases else numbers)
     out[LABEL] = pd.Series([_text(v) for v in values], index=base.index, dtype=object)
     return out
 

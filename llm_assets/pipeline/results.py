@@ -4,16 +4,24 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from llm_assets.pipeline.filtering import locked_connection
+from llm_assets.pipeline.filtering import (
+    as_arrow,
+    fetch_frame,
+    locked_connection,
+    source_row_column,
+)
 from llm_assets.pipeline.rows import ROW, SKIP, answers_by_row, passes_filter
-from llm_assets.query import LLMQuery
+from llm_assets.query import SOURCE_ROW, LLMQuery
+from llm_assets.query_answer import star_alias
 from llm_assets.query_parts import LLMCall
-from llm_assets.query_sql import aggregate_sql, post_llm_predicates
+from llm_assets.query_sql import answer_select, post_llm_predicates
 from llm_assets.sql_ast import condition_values_sql
 
 
@@ -38,11 +46,15 @@ def run_result(
     pushdown: bool,
 ) -> pd.DataFrame:
     """Every row of `base` (the filtered or retrieved rows, all of the join) with each stage's
-    answer, a `status` (answered / skipped / failed), a `reason`, and `passed` (in the query's
-    output: answered and kept by every predicate and LLM filter).
+    answer (NULL where not answered), a `status` (answered / skipped / failed), a `reason`,
+    and `passed`: the WHERE keeps the row (every predicate and LLM filter is true), so the
+    answer's SQL reads it (`run_answer`).
 
     Invariant: one row per row of `base`, each with exactly one status; a row a pushed-down
-    predicate removed is `skipped` with that predicate as its reason."""
+    predicate removed is `skipped` with that predicate as its reason. A call that filters
+    nothing drops no row: a row it skips or fails keeps `passed` (its answer NULL) and the
+    first such reason; a kept row the query's LIMIT left out of that call
+    (`rows.limit_rows`) is `skipped` with the LIMIT as its reason."""
     out = base.drop(columns=[SKIP]) if SKIP in base else base.copy()
     removed = base[SKIP].notna() if SKIP in base else pd.Series(False, index=out.index)
     status = pd.Series("answered", index=out.index, dtype=object).where(~removed, "skipped")
@@ -53,13 +65,19 @@ def run_result(
         answers = answers_by_row(deduped, outputs).set_index(ROW)
         reached = out[ROW].isin(answers.index) & passed
         aligned = answers.reindex(out[ROW]).set_index(out.index)
-        out[call.name] = aligned["_answer"].where(reached, None)
         skipped = reached & aligned["_skip"].notna()
         failed = reached & aligned["_error"].notna() & ~skipped
-        status[skipped], reason[skipped] = "skipped", aligned["_skip"][skipped]
-        status[failed], reason[failed] = "failed", aligned["_error"][failed]
-        passed &= ~(skipped | failed)
-        for f in query.filters_for(call.name):
+        out[call.name] = aligned["_answer"].astype(object).where(reached & ~skipped, None)
+        first = status == "answered"  # the first reason a row was not answered stays
+        status[skipped & first], reason[skipped & first] = "skipped", aligned["_skip"]
+        status[failed & first], reason[failed & first] = "failed", aligned["_error"]
+        filters = query.filters_for(call.name)
+        if filters:
+            passed &= ~(skipped | failed)
+        else:  # kept by the WHERE, left out of the call by the LIMIT
+            cut = passed & ~out[ROW].isin(answers.index) & (status == "answered")
+            status[cut], reason[cut] = "skipped", f"{query.shape.show_limit()}: not sent"
+        for f in filters:
             kept = out[call.name].map(lambda a, f=f: passes_filter(f, a)).astype(bool)
             dropped = passed & ~kept
             reason[dropped] = f"LLM filter {f.call_name} {f.op} {f.value!r} is false"
@@ -86,36 +104,95 @@ def _evaluate(frame: pd.DataFrame, predicate: str) -> pd.Series:
     return pd.Series(next(iter(values.values())).astype(bool), index=frame.index)
 
 
-def run_answer(result: pd.DataFrame, query: LLMQuery) -> pd.DataFrame:
-    """The query's output: projected passing rows, or the aggregate (`query_sql.aggregate_sql`)
-    over them: one row per group, or exactly one row without GROUP BY.
+def run_answer(
+    result: pd.DataFrame,
+    query: LLMQuery,
+    tables: Mapping[str, pa.Table | pd.DataFrame] | None = None,
+    check: bool = False,
+) -> pd.DataFrame:
+    """The query's answer: its SELECT run in DuckDB (`query_sql.answer_select`, on a locked
+    connection) over every row the WHERE keeps (`passed`), each LLM call's answers a column,
+    NULL where the row was skipped or failed.
 
-    The aggregate reads the rows that passed and were answered: AVG/SUM/MIN/MAX read each
-    answer as a number (`answer_number`; an answer that is not one is null, as in SQL),
-    COUNT(LLM(...)) counts answers, COUNT(*) counts rows. Runs on a locked DuckDB connection
-    with the SQL built from the query model."""
-    rows = result[result["passed"] & (result["status"] == "answered")]
+    A projection returns those rows under `LLMQuery.answer_names()` (a star's columns read from
+    `tables` by source row number, as the table has them), then DISTINCT, ORDER BY (ties in
+    `_row` order), OFFSET and LIMIT. An aggregate reads them all: AVG/SUM/MIN/MAX read each
+    answer as a number (`answer_number`; NULL when it is not one, or when the row was skipped
+    or failed), COUNT(LLM(...)) counts answers, COUNT(*) counts rows; one row per group, or
+    exactly one row without GROUP BY. A DuckDB error (an ORDER BY expression that cannot run
+    on the answers) is one ValueError line (`check_answer` finds most before any call).
+    `check`: text columns registered as VARCHAR however few rows they hold."""
+    rows = result[result["passed"]]
     agg = query.aggregate
-    if agg is None:
-        return rows[list(query.projection_columns())].reset_index(drop=True)
     names = query.output_names()
     frame = pd.DataFrame(index=rows.index)
-    for column in dict.fromkeys(names[g] for g in agg.group_by):
-        frame[column] = rows[column]
-    numeric = {i.call_name for i in agg.items if i.call_name is not None and i.numeric}
-    for call in agg.call_names:
-        if call in numeric:
-            frame[call] = pd.array([answer_number(a) for a in rows[call]], dtype="Float64")
-        else:
-            frame[call] = rows[call].astype(object)
+    if agg is not None:
+        for column in dict.fromkeys(names[g] for g in agg.group_by):
+            frame[column] = rows[column]
+        numeric = {i.call_name for i in agg.items if i.call_name is not None and i.numeric}
+        for call in agg.call_names:
+            if call in numeric:
+                frame[call] = pd.array([answer_number(a) for a in rows[call]], dtype="Float64")
+            else:
+                frame[call] = rows[call].astype(object)
+    else:
+        keys = query.shape.order_by
+        read = [names.get(p, p) for p in query.projection if star_alias(p) is None]
+        read += [names[c] for k in keys for c in k.columns] + [o for k in keys for o in k.outputs]
+        read += [source_row_column(query, a) for a in query.star_aliases]
+        for column in dict.fromkeys([*read, ROW] if ROW in rows else read):
+            frame[column] = rows[column]
     if frame.columns.empty:  # COUNT(*) alone, no GROUP BY: DuckDB needs a column to scan
         frame["_"] = True
     con = locked_connection()
     try:
-        con.register("_rows", frame.reset_index(drop=True))
-        return con.execute(aggregate_sql(query, "_rows")).df()
+        frame = frame.reset_index(drop=True)
+        con.register("_rows", _as_text(frame) if check else frame)
+        stars = _register_stars(con, query, tables)
+        select = answer_select(query, "_rows", ROW if ROW in frame else None, stars)
+        return fetch_frame(con, select.sql(dialect="duckdb"))  # as .df(), in less memory
+    except duckdb.Error as exc:
+        first = " ".join(str(exc).splitlines()[0].split())
+        what = "cannot run on the answers" if check else "failed"
+        raise ValueError(f"query {query.name!r}: the SQL after the LLM {what}: {first}") from exc
     finally:
         con.close()
+
+
+def check_answer(
+    query: LLMQuery, base: pd.DataFrame, tables: Mapping[str, pa.Table | pd.DataFrame]
+) -> None:
+    """Bind the answer's SQL (`run_answer`) before anything is sent, over none of `base`'s
+    rows with each LLM call's answers a VARCHAR column: an ORDER BY that cannot run on them
+    (`ORDER BY stars + 1`; write `TRY_CAST(stars AS DOUBLE) + 1`) is one ValueError line."""
+    calls = {c.name: pd.Series([], dtype=object) for c in query.llm_calls}
+    empty = base.iloc[:0].assign(**calls, passed=pd.Series([], dtype=bool))
+    run_answer(empty, query, tables, check=True)
+
+
+def _as_text(frame: pd.DataFrame) -> pa.Table:
+    """`frame` as Arrow, its object columns as text (an empty one would have no type)."""
+    return pa.table(
+        {c: pa.array(frame[c], pa.string() if frame[c].dtype == object else None) for c in frame}
+    )
+
+
+def _register_stars(con, query: LLMQuery, tables) -> dict[str, tuple[str, list[str], str]]:
+    """Each source a star item returns, registered on `con` with its row numbers
+    (`answer_select`'s `stars`)."""
+    stars = {}
+    for i, alias in enumerate(query.star_aliases):
+        source = next(s for s in query.sources if s.alias == alias)
+        if tables is None or source.table not in tables:
+            raise ValueError(
+                f"query {query.name!r}: SELECT {alias}.* reads table {source.table!r}, "
+                "which this step was not given"
+            )
+        table = as_arrow(tables[source.table])
+        numbered = table.append_column(SOURCE_ROW, pa.array(np.arange(len(table))))
+        con.register(f"_star{i}", numbered)
+        stars[alias] = (f"_star{i}", table.column_names, source_row_column(query, alias))
+    return stars
 
 
 ANSWER_PREVIEW_ROWS = 20

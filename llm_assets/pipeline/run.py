@@ -18,7 +18,7 @@ from llm_assets.pipeline.filtering import run_filtered
 from llm_assets.pipeline.guard import FieldOrderGuard, guarded_plan
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.plan import plan_stage, relquery_id
-from llm_assets.pipeline.results import accounting, run_answer, run_result
+from llm_assets.pipeline.results import accounting, check_answer, run_answer, run_result
 from llm_assets.pipeline.retrieval import retrieve
 from llm_assets.pipeline.rows import stage_input
 from llm_assets.pipeline.send import Progress, send_stage
@@ -84,14 +84,14 @@ def run_query(
     run = QueryRun(base=base, filter_order=order)
     if not send and query.llm_calls:
         call = query.llm_calls[0]
-        rows = stage_input(base, query, [])
+        rows = stage_input(base, query, [], limit=options.pushdown)
         deduped, plan = plan_stage(query, call, rows, options, engine, relquery_id(query, call))
         run.stages.append(StageRun(call, deduped, plan, pd.DataFrame(), None, 0, 0))
         return run
     run.stages = send_stages(query, base, options, engine, cache, progress)
     previous = [(s.call, s.deduped, s.outputs) for s in run.stages]
     run.result = run_result(base, query, previous, options.pushdown)
-    run.answer = run_answer(run.result, query)
+    run.answer = run_answer(run.result, query, tables)
     return run
 
 
@@ -118,11 +118,12 @@ def prepare(
         options.pushdown,
         options.max_pairs,
         options.retriever,
-        source_rows=label is not None,
+        source_rows=label is not None or bool(query.star_aliases),
     )
     if label is not None:
         filtered = with_labels(query, tables, filtered, label)
     base = retrieve(query, tables, filtered, options.retriever) if query.retrievals else filtered
+    check_answer(query, base, tables)  # the SQL after the LLM binds: one line, nothing sent
     order = (
         estimate_filter_order(query, base, options, engine) if options.order_llm_filters else None
     )
@@ -144,7 +145,7 @@ def send_stages(
     stages: list[StageRun] = []
     previous: list = []
     for call in query.llm_calls:
-        rows = stage_input(base, query, previous)
+        rows = stage_input(base, query, previous, limit=options.pushdown)
         relquery = relquery_id(query, call)
         deduped, plan, guard, answered = guarded_plan(
             query, call, rows, options, engine, relquery, cache

@@ -86,18 +86,20 @@ def same(value, want) -> bool:
 
 
 def table_rows(where_rating: int | None, film_only: bool) -> pd.DataFrame:
-    """The rows of TABLE that reach the aggregate, read from the table itself: non-null
-    review (null_policy skip), the non-LLM predicate, the LLM filter."""
-    rows = TABLE[TABLE["review"].notna()]
+    """The rows of TABLE the WHERE keeps, which the aggregate reads (issue 35 item 2), read
+    from the table itself: the non-LLM predicate, the LLM filter (a null review is not kept
+    by it: NULL = 'Yes' is not true). Without the filter a null review is kept: COUNT(*)
+    counts it, its stars are NULL (`stars_of` leaves it out)."""
+    rows = TABLE
     if where_rating is not None:
         rows = rows[rows["rating"] >= where_rating]
     if film_only:
-        rows = rows[rows["review"].str.contains("film")]
+        rows = rows[rows["review"].fillna("").str.contains("film")]
     return rows
 
 
 def stars_of(rows: pd.DataFrame) -> list[float]:
-    return [float(re.search(r"stars=(\d)", r).group(1)) for r in rows["review"]]
+    return [float(re.search(r"stars=(\d)", r).group(1)) for r in rows["review"].dropna()]
 
 
 def where_clause(where_rating: int | None, film_only: bool) -> str:
@@ -137,11 +139,13 @@ def test_the_aggregate_agrees_with_the_result_frame_on_the_simulated_engine():
     run = run_query(
         compile_sql(sql, name="q"), {"reviews": TABLE}, QueryOptions(), SimulatedEngine()
     )
-    reached = run.result[run.result["passed"] & (run.result["status"] == "answered")]
+    kept = run.result[run.result["passed"]]
+    reached = kept[kept["status"] == "answered"]
     call = run.stages[0].call.name
     answers = [float(a) for a in reached[call]]
     assert len(run.answer) == 1
-    assert run.answer["n"].iloc[0] == len(reached) == 6  # 7 ratings >= 2, one null review
+    assert run.answer["n"].iloc[0] == len(kept) == 7  # 7 ratings >= 2, one a null review
+    assert len(answers) == 6 and kept.loc[kept["status"] == "skipped", call].isna().all()
     assert run.answer["avg_stars"].iloc[0] == pytest.approx(sum(answers) / len(answers))
     # and the result frame accounts for llm_outputs' answers row by row
     outputs = run.stages[0].outputs.dropna(subset=["answer"])
@@ -162,15 +166,19 @@ def test_count_star_beside_an_llm_aggregate_with_group_by():
         compile_sql(sql, name="q"), {"reviews": TABLE}, QueryOptions(), ReadsTheReview()
     )
     rows = table_rows(None, False)
-    want = [
-        {"rating": rating, "n": len(group), "best": max(stars_of(group))}
+    want = [  # rating 3 holds only the null review: counted, its MAX is NULL
+        {"rating": rating, "n": len(group), "best": max(stars_of(group), default=None)}
         for rating, group in sorted(rows.groupby("rating"), key=lambda kv: kv[0])
     ]
     got = [
-        {"rating": int(r["rating"]), "n": int(r["n"]), "best": float(r["best"])}
+        {
+            "rating": int(r["rating"]),
+            "n": int(r["n"]),
+            "best": None if pd.isna(r["best"]) else float(r["best"]),
+        }
         for r in run.answer.to_dict("records")
     ]
-    assert got == want
+    assert got == want and {"rating": 3, "n": 1, "best": None} in want
 
 
 def test_no_row_reaching_the_aggregate_still_answers_one_row_and_sends_nothing():
@@ -223,14 +231,14 @@ def test_the_answer_asset_agrees_with_llm_outputs_on_the_simulated_engine(review
     outputs = result.asset_value(dg.AssetKey(["q", "llm_outputs"]))
     dedup = result.asset_value(dg.AssetKey(["q", "deduped"]))
     res = result.asset_value(dg.AssetKey(["q", "result"]))
-    reached = res[res["passed"] & (res["status"] == "answered")]
+    kept = res[res["passed"]]  # every row: the null review too (COUNT(*) counts it)
     # expected from llm_outputs: each answered request counts once per row that shares it
     by_input = dict(zip(outputs[INPUT], outputs["answer"].astype(float), strict=True))
     per_row = [by_input[i] for i in dedup.loc[dedup[INPUT] >= 0, INPUT]]
     answer = result.asset_value(dg.AssetKey(["q", "answer"]))
     assert len(answer) == 1
     assert answer["total"].iloc[0] == pytest.approx(sum(per_row))
-    assert answer["n"].iloc[0] == len(reached) == len(per_row) == 8
+    assert answer["n"].iloc[0] == len(kept) == len(TABLE) == 9 and len(per_row) == 8
 
 
 # ---- what stays unsupported is refused at definition time --------------------------------------
@@ -296,24 +304,25 @@ def test_run_answer_matches_sql_semantics(rows, function, grouped):
         name="q",
     )
     call = query.llm_calls[0].name
-    result = pd.DataFrame(
+    result = pd.DataFrame(  # as `run_result` makes it: a failed row has no answer
         {
             "g": [g for g, _, _, _ in rows],
-            call: [a for _, a, _, _ in rows],
+            call: [a if ok else None for _, a, _, ok in rows],
             "passed": pd.Series([p for _, _, p, _ in rows], dtype=bool),
             "status": ["answered" if ok else "failed" for _, _, _, ok in rows],
         }
     )
     answer = run_answer(result, query)
-    reached = [(g, a) for g, a, passed, ok in rows if passed and ok]
+    reached = [(g, a if ok else None) for g, a, passed, ok in rows if passed]  # WHERE keeps
     keys = sorted({g for g, _ in reached}, key=lambda g: (g is None, g or "")) if grouped else [0]
     assert len(answer) == len(keys)
     for i, key in enumerate(keys):
         answers = [a for g, a in reached if not grouped or g == key]
-        if function == "COUNT":
-            want = len(answers)
+        if function == "COUNT":  # COUNT(LLM(...)) counts answers, COUNT(*) rows
+            want = len([a for a in answers if a is not None])
         else:
-            want = expected(function, [x for a in answers if (x := number(a)) is not None])
+            values = [x for a in answers if a is not None and (x := number(a)) is not None]
+            want = expected(function, values)
         record = answer.iloc[i]
         if grouped:
             assert (
