@@ -18,6 +18,7 @@ their fences, never copied here, and each is handled by this rule:
 - any other language fails: a new block must run or be marked.
 """
 
+import json
 import re
 import shlex
 import uuid
@@ -121,10 +122,10 @@ def workdir(tmp_path, monkeypatch) -> Path:
     work = tmp_path / "work"
     work.mkdir()
     write_reviews(work / "reviews.tsv")
-    # the semantic-join example's second table
+    # the semantic-join example's second table (review_id: the equi-join example's key)
     (work / "movies.csv").write_text(
-        "title,synopsis\nNoir Nights,A detective walks rainy streets.\n"
-        "Space Kids,Children fly to the moon.\n"
+        "review_id,title,synopsis\n1,Noir Nights,A detective walks rainy streets.\n"
+        "2,Space Kids,Children fly to the moon.\n"
     )
     sql = yaml.safe_load(first_component().text)["attributes"]["sql"]
     (work / "sentiment.sql").write_text(sql)
@@ -254,6 +255,26 @@ def test_sql_blocks_compile_and_plan(workdir):
             path = workdir / f"block{block.line}.sql"
             path.write_text(block.text)
             plan(path)
+
+
+def test_the_count_star_example_counts_the_rows_the_where_keeps(workdir):
+    """ "Supported SQL": the aggregate example answers `n = 4` (rows 1, 2, 5, 6) and sends the
+    3 reviews among them that are not empty."""
+    (block,) = [
+        b for b in of_kind("sql") if b.section == "Supported SQL" and "COUNT(*) AS n" in b.text
+        and "AVG(" in b.text
+    ]  # fmt: skip
+    text = README.read_text(encoding="utf-8")
+    assert "answers `n = 4` (rows 1, 2, 5 and 6 pass the rating predicate)" in text
+    (workdir / "count.sql").write_text(block.text)
+    out = CliRunner().invoke(
+        cli, ["run", "count.sql", "--table", "reviews=reviews.tsv", "--out", "o.csv"]
+    )
+    assert out.exit_code == 0, out.output[-2000:]
+    report = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("{")))
+    (answer,) = report["answer"]
+    assert answer["n"] == 4 and answer["stars"] is not None
+    assert report["n_requests"] == 3
 
 
 def first_cli_lines() -> list[list[str]]:
