@@ -6,8 +6,9 @@ seeded sample of the first stage's input (at most `PLAN_SAMPLE_ROWS` rows) runs 
 earlier stages on a separate engine, and the share of the sample reaching each stage is the
 predicted share of the table. That many rows are then drawn, seeded, from the full input (whole
 groups of rows with equal earlier-stage inputs, as an engine answers duplicates alike, and
-only rows no earlier stage skips for a null), and planned by the same `plan_stage` the run
-uses: dedup, reorder and prompt lengths are those of representative rows. Each stage's
+only rows no earlier LLM filter skips for a null; capped by a pushed-down LIMIT), and planned
+by the same `plan_stage` the run uses: dedup, reorder and prompt lengths are those of
+representative rows. Each stage's
 planned requests are then sent to the pricing engine in run order, as `run` sends them (a
 stage of more than `pricing.EXACT_REQUESTS` requests: windows of them, scaled;
 `llm_assets.pipeline.pricing`).
