@@ -22,8 +22,10 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 from llm_assets.pipeline.options import QueryOptions
+from llm_assets.pipeline.predict import plan_query
 from llm_assets.pipeline.run import run_query
 from llm_assets.sql import SQLError, compile_sql
+from resources.sim.engine import SimulatedEngine
 from tests.llm_assets.answering import AnsweringEngine
 
 SUMMARY = "LLM('Summarise {review}', r.review)"
@@ -175,6 +177,21 @@ def test_an_llm_filter_sees_every_row_and_the_limit_applies_to_the_rows_it_passe
     assert engine.by_kind == {"choice": 6, "text": 2}
     assert out.answer["id"].tolist() == ["m1", "m4"]  # the first two good reviews
     assert records(out.answer) == records(reference(sql, TABLE))
+
+
+@pytest.mark.parametrize("where", ["", f" WHERE {GOOD}"])
+def test_plan_predicts_the_rows_a_limit_lets_through(where):
+    table = pd.DataFrame(
+        {
+            "id": [str(i) for i in range(300)],
+            "review": [f"review {i % 50} good" for i in range(300)],
+        }
+    )
+    query = compile_sql(f"SELECT r.id, {SUMMARY} AS s FROM reviews r{where} LIMIT 7", name="q")
+    plan = plan_query(query, {"reviews": table}, QueryOptions(), SimulatedEngine())
+    ran = run_query(query, {"reviews": table}, QueryOptions(), SimulatedEngine())
+    assert [s.rows for s in plan.stages] == [len(s.deduped) for s in ran.stages]
+    assert plan.stages[-1].rows == 7 and ran.stages[-1].sent == 7
 
 
 def test_order_by_an_llm_output_sorts_after_every_row_is_answered():

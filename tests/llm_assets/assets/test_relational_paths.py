@@ -30,6 +30,7 @@ QUERIES = {
     "order_llm": f"SELECT r.id AS movie, {SUMMARY} AS s FROM reviews r ORDER BY s DESC, movie",
     "star_filter": f"SELECT * FROM reviews r WHERE {GOOD} LIMIT 2",
     "star_offset": f"SELECT r.*, {SUMMARY} AS s FROM reviews r ORDER BY r.year DESC OFFSET 1",
+    "filter_limit": f"SELECT r.id, {SUMMARY} AS s FROM reviews r WHERE {GOOD} LIMIT 1",
 }
 
 
@@ -103,6 +104,7 @@ def test_the_cli_the_factory_and_the_component_answer_the_same_rows(
         "order_llm": (["movie", "s"], None),
         "star_filter": (["id", "year", "review"], None),
         "star_offset": (["id", "year", "review", "s"], ["m1", "m5", "m2", "m6", None]),
+        "filter_limit": (["id", "s"], None),
     }[name]
     assert list(factory.columns) == expect[0]
     ids = factory.iloc[:, 0].tolist()
@@ -110,8 +112,8 @@ def test_the_cli_the_factory_and_the_component_answer_the_same_rows(
         assert ids[:4] == expect[1][:4] and ids[4] == "m4"
     elif expect[1] is not None:
         assert ids == expect[1]
-    elif name == "star_filter":  # the sim's yes/no: at most 2 of the passing rows, in row order
-        assert len(ids) <= 2 and ids == sorted(ids)
+    elif name in ("star_filter", "filter_limit"):  # the sim's yes/no: the first passing rows
+        assert len(ids) <= (2 if name == "star_filter" else 1) and ids == sorted(ids)
     else:  # every row, sorted by the answers (null last), ties in row order
         assert sorted(ids) == sorted(TABLE["id"]) and factory["s"].iloc[-1] is None
         answers = factory["s"].dropna().tolist()
