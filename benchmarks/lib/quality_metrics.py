@@ -1,9 +1,10 @@
 """Pure helpers of `benchmarks.quality`: SQuAD scoring, Wilson intervals, agreement between
 two runs' answers, parse rate and the seeded sample of whole contexts.
 
-Scoring follows the official SQuAD v2 evaluation script: answers are normalised (lower case,
-punctuation and the articles a/an/the removed, whitespace collapsed) before comparison;
-exact match and token F1 take the best score over the acceptable answers.
+Scoring follows the official SQuAD v2 evaluation script, with the project's one normalisation
+and token F1 (`llm_assets.pipeline.quality`: lower case, punctuation and the articles a/an/the
+removed, whitespace collapsed); exact match and token F1 take the best score over the
+acceptable answers.
 
 >>> normalize_answer("The  Norman-Conquest!")
 'normanconquest'
@@ -20,25 +21,16 @@ True
 from __future__ import annotations
 
 import math
-import re
-import string
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from llm_assets.pipeline.quality import normalize_answer
+from llm_assets.pipeline.quality import token_f1 as answer_f1
+
 Z95 = 1.959963984540054
 """The standard normal quantile of a two-sided 95% interval."""
-
-_PUNCTUATION = frozenset(string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-
-
-def normalize_answer(text: str) -> str:
-    """SQuAD's normalisation: lower case, no punctuation, no articles, single spaces."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", text).split())
 
 
 def exact_match(prediction: str | None, answers: Sequence[str]) -> bool:
@@ -50,23 +42,12 @@ def exact_match(prediction: str | None, answers: Sequence[str]) -> bool:
     return any(pred == normalize_answer(a) for a in answers)
 
 
-def _f1(prediction: str, answer: str) -> float:
-    pred, gold = normalize_answer(prediction).split(), normalize_answer(answer).split()
-    if not pred or not gold:  # SQuAD v2: both empty is a match, one empty is not
-        return float(pred == gold)
-    same = sum((Counter(pred) & Counter(gold)).values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(pred), same / len(gold)
-    return 2 * precision * recall / (precision + recall)
-
-
 def token_f1(prediction: str | None, answers: Sequence[str]) -> float:
     """SQuAD token F1 of the prediction against its best acceptable answer (0.0 without a
     prediction or without acceptable answers)."""
     if prediction is None or not answers:
         return 0.0
-    return max(_f1(prediction, a) for a in answers)
+    return max(answer_f1(prediction, a) for a in answers)
 
 
 def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
