@@ -70,6 +70,8 @@ class QueryRun:
     answers: dict[int, str | None] = field(default_factory=dict)
     """The first LLM call's answer per row of the query's `result` (`_row`, numbered before
     any predicate, so the same row in every run); None: the row was not answered."""
+    prompts: dict[int, str] = field(default_factory=dict)
+    """`_row` -> the prompt sent for it (rows that reached the LLM stage)."""
     statuses: dict[str, int] = field(default_factory=dict)
     """Rows of the query's `result` (every row of the join) by status: answered, skipped
     (a null field, a pushed-down predicate) or failed."""
@@ -119,14 +121,17 @@ def run_query(
     ]
     group = job.removesuffix("_job")
     rows = _result_rows(group)
-    answers = {r: (a if status == "answered" else None) for r, a, status in rows}
-    statuses = dict(Counter(status for _, _, status in rows))
-    return QueryRun(result.success, metadata, failed, _requests_sent(group), answers, statuses)
+    answers = {r: (a if status == "answered" else None) for r, a, status, _ in rows}
+    prompts = {r: prompt for r, _, _, prompt in rows if prompt is not None}
+    statuses = dict(Counter(status for _, _, status, _ in rows))
+    return QueryRun(
+        result.success, metadata, failed, _requests_sent(group), answers, prompts, statuses
+    )
 
 
-def _result_rows(group: str) -> list[tuple[int, str | None, str]]:
-    """(`_row`, the first LLM call's answer `llm_1`, status) per row of the query's `result`
-    (none when the run stored no result)."""
+def _result_rows(group: str) -> list[tuple[int, str | None, str, str | None]]:
+    """(`_row`, the first LLM call's answer `llm_1`, status, the prompt sent for the row or
+    None) per row of the query's `result` (none when the run stored no result)."""
     from resources.home import llm_assets_home
 
     path = llm_assets_home() / "warehouse.duckdb"
@@ -143,8 +148,12 @@ def _result_rows(group: str) -> list[tuple[int, str | None, str]]:
         }
         if not {"_row", "llm_1", "status"} <= columns:
             return []
-        rows = con.execute(f"select _row, llm_1, status from {group}.result").fetchall()
-    return [(int(r), a, str(status)) for r, a, status in rows]
+        rows = con.execute(
+            f"select r._row, r.llm_1, r.status, p.prompt from {group}.result r "
+            f"left join {group}.deduped d on d._row = r._row "
+            f"left join {group}.request_plan p on p._input_id = d._input_id and d._input_id >= 0"
+        ).fetchall()
+    return [(int(r), a, str(status), prompt) for r, a, status, prompt in rows]
 
 
 def _requests_sent(group: str) -> pd.DataFrame:

@@ -6,8 +6,8 @@ Skipped (one line) unless the binary is built (`make llama-server`) and the mode
 (`make models`). What is asserted does not depend on timing: the project's cached-token count
 equals the server's counter, every row of the join has exactly one status, the server's own
 token ids have as many tokens as each request's reported prompt and predict each request's
-cached tokens exactly (one slot), agreement and the determinism floor are reported as shares
-in [0, 1], and the report names them.
+cached tokens exactly (one slot), agreement (split by whether the row's prompt changed) and
+the determinism floor are reported as shares in [0, 1], and the report names them.
 """
 
 import pytest
@@ -82,9 +82,13 @@ def test_agreement_and_floor_reported_in_unit_interval(result):
             assert a["n"] == m["requests"], (rung, name)
             assert 0.0 <= a["lo"] <= a["rate"] <= a["hi"] <= 1.0, (rung, name)
     assert rungs["original"]["vs_original"]["rate"] == 1.0  # itself
+    split = rungs["ggr"]["vs_original"]
+    assert split["same_prompt"]["n"] + split["changed_prompt"]["n"] == split["n"]
+    assert split["changed_prompt"]["n"] > 0  # GGR moves Q4's movie_info first
     assert rungs["ggr"]["vs_original"]["mean_abs_diff"] is not None  # Q4: numbers
     report = markdown_real(result)
     assert "agreement with written" in report and "floor (rerun)" in report
+    assert "rows sent the very same prompt" in report
 
 
 def test_answer_agreement_compares_numbers_and_rows_answered_in_both():
@@ -94,3 +98,7 @@ def test_answer_agreement_compares_numbers_and_rows_answered_in_both():
     assert (a["k"], a["n"], a["only_one"]) == (1, 3, 1)
     assert a["mean_abs_diff"] == pytest.approx(0.25)
     assert answer_agreement(answers, reference, numeric=False)["k"] == 0
+    prompts = {0: "p0", 1: "p1", 2: "p2", 3: "moved"}
+    split = answer_agreement(answers, reference, True, prompts, {0: "p0", 1: "p1", 3: "p3"})
+    assert (split["same_prompt"]["k"], split["same_prompt"]["n"]) == (1, 2)
+    assert (split["changed_prompt"]["k"], split["changed_prompt"]["n"]) == (0, 1)
