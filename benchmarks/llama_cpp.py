@@ -40,7 +40,8 @@ from benchmarks.lib.gguf_model import BOS_ID, LlamaShape, write_model
 from benchmarks.lib.llama_cpp_build import VERSION, build
 from benchmarks.lib.llama_cpp_measure import SIM_DEPLOYMENT, record
 from benchmarks.lib.llama_cpp_pair import PairRun, first_rows_csv, run_pair
-from benchmarks.lib.llama_cpp_real import markdown_real, problems_real, run_real
+from benchmarks.lib.llama_cpp_real import problems_real, run_real
+from benchmarks.lib.llama_cpp_real_report import markdown_real
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TOKENIZER = SHARED / "tokenizers" / "llama3_tokenizer.json"

@@ -30,6 +30,7 @@ import json
 import os
 import re
 import statistics
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -45,7 +46,13 @@ from benchmarks.lib.quality_metrics import share
 
 RANDOM_WEIGHT_JSON = Path("benchmarks/results/llama_cpp.json")
 """The random-weight path's results, quoted beside the real ones when present."""
-OWN_MODULES = ("llama_cpp_pair", "llama_cpp_measure", "llama_cpp_real", "llama_server")
+OWN_MODULES = (
+    "llama_cpp_pair",
+    "llama_cpp_measure",
+    "llama_cpp_real",
+    "llama_cpp_real_report",
+    "llama_server",
+)
 """The modules under benchmarks/lib this benchmark runs (the commit is marked `+changes` when
 one of them, or benchmarks/llama_cpp.py, differs from it)."""
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
@@ -190,7 +197,9 @@ def _rung_record(
         ),
         "statuses": first.run.statuses,
         "answers": answer_summary(first.run.answers, kind),
-        "rerun_agreement": answer_agreement(
+        "rerun_agreement": None
+        if len(runs) < 2
+        else answer_agreement(
             runs[1].run.answers, first.run.answers, numeric, runs[1].run.prompts, first.run.prompts
         ),
         "vs_original": answer_agreement(
@@ -207,20 +216,68 @@ def _rung_record(
     return rec
 
 
+_GGUF_SCALARS = {
+    **{0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?"},
+    **{10: "Q", 11: "q", 12: "d"},
+}
+"""GGUF value type -> its `struct` format (little-endian); 8 is a string, 9 an array."""
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def gguf_metadata(path: Path, keys: set[str]) -> dict[str, object]:
+    """The values of `keys` in a GGUF file's key-value header (an array gives its length),
+    read in one pass without touching the tensors (`gguf.GGUFReader` maps every field and
+    tensor: seconds on a 262k-token vocabulary)."""
+    found: dict[str, object] = {}
+    with path.open("rb") as f:
+
+        def read(fmt: str):
+            size = struct.calcsize("<" + fmt)
+            return struct.unpack("<" + fmt, f.read(size))[0]
+
+        def string() -> str:
+            return f.read(read("Q")).decode("utf-8", "replace")
+
+        def value(kind: int):
+            if kind == _GGUF_STRING:
+                return string()
+            if kind == _GGUF_ARRAY:
+                item, count = read("I"), read("Q")
+                if item in _GGUF_SCALARS:
+                    f.seek(count * struct.calcsize("<" + _GGUF_SCALARS[item]), os.SEEK_CUR)
+                else:
+                    for _ in range(count):
+                        value(item)
+                return count
+            return read(_GGUF_SCALARS[kind])
+
+        if f.read(4) != b"GGUF":
+            raise ValueError(f"{path} is not a GGUF file")
+        read("I")  # version
+        read("Q")  # tensors
+        for _ in range(read("Q")):
+            key = string()
+            found_value = value(read("I"))
+            if key in keys:
+                found[key] = found_value
+                if len(found) == len(keys):
+                    break
+    return found
+
+
 def model_shape(path: Path) -> dict:
     """Architecture, layers, width, vocabulary size and whether BOS is added, from the GGUF
     header."""
-    from gguf import GGUFReader
-
-    fields = GGUFReader(path).fields
-    arch = fields["general.architecture"].contents()
-    add_bos = fields.get("tokenizer.ggml.add_bos_token")
+    arch = gguf_metadata(path, {"general.architecture"})["general.architecture"]
+    block, width = f"{arch}.block_count", f"{arch}.embedding_length"
+    tokens, bos = "tokenizer.ggml.tokens", "tokenizer.ggml.add_bos_token"
+    meta = gguf_metadata(path, {block, width, tokens, bos})
     return {
         "architecture": arch,
-        "layers": int(fields[f"{arch}.block_count"].contents()),
-        "width": int(fields[f"{arch}.embedding_length"].contents()),
-        "vocab": len(fields["tokenizer.ggml.tokens"].data),
-        "add_bos": None if add_bos is None else bool(add_bos.contents()),
+        "layers": int(meta[block]),
+        "width": int(meta[width]),
+        "vocab": int(meta[tokens]),
+        "add_bos": None if bos not in meta else bool(meta[bos]),
     }
 
 
@@ -288,9 +345,11 @@ def run_real(
     repeats: int,
     threads: int,
     workdir: Path,
+    repeat_only: tuple[str, ...] | None = None,
 ) -> dict:
     """Every rung of every job on every model over the first `rows` rows of `source` (see
-    the module docstring)."""
+    the module docstring); with `repeat_only`, only those rungs are run again after the
+    first round (a test's shortcut: `original` alone still gives the floor)."""
     from resources.llama_cpp.models import resolve_model
 
     if repeats < 2:
@@ -329,6 +388,8 @@ def run_real(
             by_rung: dict[str, list[PairRun]] = {}
             for k in range(repeats):
                 home = workdir / f"{model.name}-{job}-{k}"
+                if k and repeat_only is not None:
+                    rungs = {n: o for n, o in rungs.items() if n in repeat_only}
                 for r in run_pair(
                     binary,
                     model.path,
@@ -397,222 +458,3 @@ def problems_real(result: dict) -> list[str]:
                         f"{m['server_ids_count_equal']} of {m['requests']} requests"
                     )
     return found
-
-
-# -- the report ------------------------------------------------------------------------------
-
-
-def _share(a: dict) -> str:
-    if a["rate"] is None:
-        return "n/a"
-    return f"{a['rate']:.1%} [{a['lo']:.0%}, {a['hi']:.0%}] of {a['n']}"
-
-
-def _answers(a: dict) -> str:
-    if "counts" in a:
-        return ", ".join(f"{k} {v}" for k, v in a["counts"].items())
-    if "mean" in a:
-        mean = "n/a" if a["mean"] is None else f"{a['mean']:.2f}"
-        return f"mean {mean}, {a['parsed']}/{a['answered']} parse"
-    return f"{a['distinct']} distinct of {a['answered']}"
-
-
-def _shape(shape: dict) -> str:
-    bos = {True: "BOS added", False: "no BOS", None: "BOS unknown"}[shape.get("add_bos")]
-    return f"{shape['layers']} layers x {shape['width']}, vocabulary {shape['vocab']:,}, {bos}"
-
-
-def _random_costs(reference: dict) -> dict | None:
-    """The random-weight model's prefill rate, estimated from its Q4 pair (the engine seconds
-    the two orders differ by over the prompt tokens they computed differently: the decode
-    work is the same in both), and the share of its Q1 engine seconds that prefill took."""
-    jobs = reference.get("jobs", {})
-    q4, q1 = jobs.get("q4_job"), jobs.get("q1_job")
-    if not q4:
-        return None
-    saved = q4["computed_tokens"]["original"] - q4["computed_tokens"]["ggr"]
-    gained = q4["engine_time_s_median"]["original"] - q4["engine_time_s_median"]["ggr"]
-    if saved <= 0 or gained <= 0:
-        return None
-    per_token = gained / saved
-    out = {"prefill_tokens_per_s": 1 / per_token}
-    if q1:
-        prefill = q1["computed_tokens"]["original"] * per_token
-        out["q1_prefill_share"] = prefill / q1["engine_time_s_median"]["original"]
-    return out
-
-
-def _row(job: str, rung: str, m: dict, output: str) -> str:
-    same = "=" if m["cached_tokens"] == m["server_cached_tokens"] else "!="
-    rule = m["one_slot_rule"]
-    agree = "(reference)" if rung == "original" else _share(m["vs_original"])
-    if output == "number" and rung != "original":
-        diff = m["vs_original"]["mean_abs_diff"]
-        agree += "" if diff is None else f", mean abs diff {diff:.2f}"
-    return (
-        f"| {job.removesuffix('_job')} | {rung} | {m['requests']} "
-        f"| {m['prompt_tokens']} | {m['output_tokens_per_request']:.1f} "
-        f"| {m['cached_tokens'][0]} {same} {m['server_cached_tokens'][0]} "
-        f"| {m['hit_rate']:.1%} "
-        f"| {rule['hit_rate']:.1%} ({rule['requests_equal']}/{m['requests']}) "
-        f"| {m['sim']['hit_rate']:.1%} / {m['sim_one_slot']['hit_rate']:.1%} "
-        f"| {m['prefill_s_median']} | {m['decode_s_median']} "
-        f"| {m['engine_time_s_median']} | {m['wall_s_median']} "
-        f"| {m['speedup']['measured']:.2f}x ({m['speedup']['sim_one_slot']:.2f}x) "
-        f"| {agree} | {_share(m['rerun_agreement'])} | {_answers(m['answers'])} |"
-    )
-
-
-def _split(a: dict, key: str) -> str:
-    part = a.get(key)
-    return "n/a" if not part or not part["n"] else _share(part)
-
-
-def markdown_real(result: dict) -> str:
-    lines = [
-        f"# llama.cpp `llama-server` (llama-cpp-python {result['llama_cpp_python']}) with real "
-        "weights: the savings and the answers",
-        "",
-        f"Command: `{result['command']}` at commit `{result['commit']}` "
-        f"({len(result.get('uncommitted_elsewhere', []))} other tracked files differed from it: "
-        "others' work in progress in the shared tree, listed in the JSON). "
-        f"{result['rows']} rows of movies_small.csv; one slot, {result['threads']} CPU "
-        f"thread(s), one request in flight, host prompt cache off, `--swa-full`; each rung run "
-        f"{result['repeats']} times, interleaved, each on a fresh server (times: medians). "
-        f"Machine: {result['cpus']} CPUs shared with other engineers' tests, load average "
-        f"(1/5/15 min) {'/'.join(map(str, result['load_average_start']))} at the start and "
-        f"{'/'.join(map(str, result['load_average_end']))} at the end; the whole run took "
-        f"{result['total_s'] / 60:.1f} min. Sim: {result['sim_deployment']['gpu']} + "
-        f"{result['sim_deployment']['model']}, one sequence at a time, fed the server's own "
-        "token ids for each request (so the real model's tokenizer and chat template, not "
-        "Llama 3's tokenizer), with its default KV cache (`sim`) or one the size of the slot "
-        "(`sim 1-slot`). Q2 is left out to keep the run near 20 minutes (`--jobs q2_job` runs "
-        "it with its pushdown rung); no Q1/Q4 rung adds dedup because these rows hold no "
-        "duplicate inputs.",
-        "",
-        "Columns: `cached` is the project's count (`llm_outputs`) and the server's "
-        "`llamacpp:prompt_tokens_cached_total` over the run; `one-slot rule` is the prediction "
-        "from the server's own token ids (`/apply-template` for a chat model, then `/tokenize` "
-        "with special tokens as the server adds them; requests predicted exactly); `prefill s` "
-        "/ `decode s` are the server's `prompt_seconds_total` / "
-        "`tokens_predicted_seconds_total`; `engine s` the engine's measured makespan, `wall s` "
-        "the whole pipeline run; `speed-up` is the written order's engine s over the rung's "
-        "(in brackets the sim's, on the 1-slot cache); `agreement` the share of rows whose "
-        "answer equals the written order's (Q4: as numbers), Wilson 95% interval; `floor` the "
-        "same rung sent twice, each time to a fresh server.",
-    ]
-    for name, entry in result["models"].items():
-        how = "chat template (/chat/completions)" if entry["use_chat"] else "plain completion"
-        lines += [
-            "",
-            f"## {name} (`{entry['file']}`, {entry['bytes'] / 2**20:.0f} MiB, "
-            f"{_shape(entry['shape'])}; {how})",
-            "",
-            "| query | rung | requests | prompt tok | out tok/req | cached: project = server "
-            "| hit rate | one-slot rule | sim / sim 1-slot | prefill s | decode s | engine s "
-            "| wall s | speed-up (sim) | agreement with written | floor (rerun) | answers |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for job, figures in entry["jobs"].items():
-            for rung, m in figures["rungs"].items():
-                lines.append(_row(job, rung, m, figures["output"]))
-        lines.append("")
-        for job, figures in entry["jobs"].items():
-            for rung, m in figures["rungs"].items():
-                if rung == "original":
-                    continue
-                a = m["vs_original"]
-                n_same = (a.get("same_prompt") or {}).get("n", 0)
-                lines.append(
-                    f"- {job.removesuffix('_job')} {rung} vs the written order: rows sent the "
-                    f"very same prompt ({n_same} of {a['n']}: only the row order, and so the "
-                    f"cached prefix, differ) agree {_split(a, 'same_prompt')}; rows whose prompt "
-                    f"changed (fields moved) {_split(a, 'changed_prompt')}; the floor (written "
-                    f"order twice) {_share(figures['rungs']['original']['rerun_agreement'])}."
-                )
-    lines += _why(result)
-    return "\n".join(lines) + "\n"
-
-
-def _why(result: dict) -> list[str]:
-    """Where real weights change the random-weight speed-ups, and why, from the figures."""
-    reference = result.get("random_weight_reference") or {}
-    costs = _random_costs(reference) if reference else None
-    lines = ["", "## Against the random-weight run (`llama_cpp.md`)", ""]
-    shape = reference.get("shape") or {}
-    if costs:
-        q1 = costs.get("q1_prefill_share")
-        lines.append(
-            f"- random weights ({shape.get('layers')} layers x {shape.get('width')}, the Llama 3 "
-            f"vocabulary of {shape.get('vocab'):,}): prefill about "
-            f"{costs['prefill_tokens_per_s']:.0f} tokens/s (estimated from its Q4 pair: engine "
-            "s saved / prompt tokens no longer computed)"
-            + ("" if q1 is None else f", so prefill was about {q1:.0%} of its Q1 engine s")
-            + "."
-        )
-    for job in sorted({j for e in result["models"].values() for j in e["jobs"]}):
-        parts = []
-        for name, entry in result["models"].items():
-            rungs = entry["jobs"].get(job, {}).get("rungs", {})
-            if "ggr" not in rungs:
-                continue
-            g, o = rungs["ggr"], rungs["original"]
-            prefill = o["prefill_tokens_per_s"]
-            parts.append(
-                f"{name} {g['speedup']['measured']:.2f}x (prefill "
-                f"{'n/a' if prefill is None else f'{prefill:.0f}'} tokens/s, decode "
-                f"{o['decode_tokens_per_s']:.0f} tokens/s, decode "
-                f"{o['decode_s_median'] / max(o['engine_time_s_median'], 1e-9):.0%} of the "
-                f"written order's engine s, {o['output_tokens_per_request']:.1f} output "
-                "tokens/request)"
-            )
-        ref = reference.get("jobs", {}).get(job)
-        was = (
-            f"random weights {ref['speedup']:.2f}x ({ref['output_tokens_per_request']:.1f} "
-            "output tokens/request)"
-            if ref
-            else "no random-weight figure"
-        )
-        lines.append(f"- {job.removesuffix('_job')}: GGR speed-up {'; '.join(parts)}; {was}.")
-    lines += [
-        "",
-        "Reading. GGR removes prompt tokens only (prefill); the decoding is the same work in "
-        "both orders, so a query's speed-up is bounded by how much of its engine time prefill "
-        "takes. The output lengths are not what differs between random and real weights "
-        "here: Q1's answers run to the query's 16-token limit with every model, Q4's take "
-        "about 3 tokens (the number grammar). What differs is the price of a prompt token "
-        "against an output token: the random-weight model has a few thin layers and Llama 3's "
-        "large vocabulary, so a prompt token costs almost nothing while each output token "
-        "pays the vocabulary-wide output layer and sampling; its Q1 was decode-bound and "
-        "GGR's saving was inside the run-to-run spread. The real models' layers make a prompt "
-        "token dear (tens of times the random model's cost) and an output token costs only a "
-        "few prompt tokens, so prefill dominates Q4 and a large share of Q1, and GGR's "
-        "hit-rate gain turns into a real speed-up on both queries. Gemma 3's 262k vocabulary "
-        "makes its output tokens dearer than SmolLM2's, so its Q1 is closer to decode-bound "
-        "and gains less. The simulator's hit rates follow the measured ones (1-slot cache); "
-        "its speed-ups are for an L4 running Llama-3-8B, where prefill is cheap against "
-        "decode, so compare its hit rates, not its seconds.",
-        "",
-        "Answers. The floor, the written order sent twice to fresh servers, is exact: greedy "
-        "decoding on one slot repeats itself when the cache history repeats. GGR's answers "
-        "differ from the written order's far more often, and not only where GGR moved fields: "
-        "rows whose prompt is byte-identical in both runs (most of Q1, where GGR keeps the "
-        "written field order) differ too, because the same prompt computed partly from a "
-        "reused prefix is not computed with the same floating-point operations as the whole "
-        "prompt in one batch, and these small models' greedy decoding flips on near-ties "
-        "(and a 16-token text answer differs if any token does). So for reordering, the floor "
-        "that matters is the same prompts in another order (the `same prompt` split above), "
-        "not the same requests twice.",
-    ]
-    for name, entry in result["models"].items():
-        for job, figures in entry["jobs"].items():
-            m = figures["rungs"]["original"]
-            if figures["output"] == "number" and m["spec_violations"] > m["requests"] / 2:
-                lines[-1] += (
-                    f" {name} answers {job.removesuffix('_job')} outside its range in "
-                    f"{m['spec_violations']} of {m['requests']} requests (mean answer "
-                    f"{m['answers']['mean']:.1f}; the `answers_obey_output_spec` check fails: "
-                    "llama.cpp's number grammar does not encode the range), so its agreement "
-                    "there compares those raw numbers."
-                )
-    return lines
