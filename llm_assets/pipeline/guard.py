@@ -9,9 +9,11 @@ keep the moved order only when the answers agree.
    rows, dedup and row reordering, prompts as written);
 2. if no prompt's field order differs, or the engine is the simulated one (its answers are
    placeholders: agreement would mean nothing), it sends nothing and says why;
-3. otherwise picks `options.guard_sample` distinct inputs, seeded and stratified along the
-   planned schedule (one from each of that many equal slices, so every part of the schedule,
-   every large prefix group, is represented), sends each in both orders in one engine run,
+3. otherwise picks `options.guard_sample` of the distinct inputs whose field order moved
+   (an input whose prompt is the same both ways would agree by construction), seeded and
+   stratified along the planned schedule (one from each of that many equal slices, so every
+   part of the schedule, every large prefix group, is represented), sends each in both orders
+   in one engine run,
    and compares the answers (stripped) of the inputs answered both ways;
 4. keeps the planned order when the Wilson 95% lower bound of that agreement is at least the
    threshold, else falls back to the written order (rows still reordered).
@@ -69,10 +71,6 @@ class FieldOrderGuard:
     """The sample's prompt characters / the stage's (the order kept is reused: the other
     order's half is the guard's extra cost)."""
 
-    @property
-    def written_order(self) -> bool:
-        return self.verdict == "kept written order"
-
     def report(self) -> dict:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
@@ -118,8 +116,9 @@ def guarded_plan(
         planned[INPUT].iloc[kept]
     )
     stage_chars = int(planned["prompt"].iloc[kept].str.len().sum())
-    n = min(options.guard_sample, int(moved.sum()) if len(moved) else 0)
-    if not moved.any():
+    moved_inputs = planned[INPUT].iloc[kept].to_numpy()[moved.to_numpy()]
+    n = min(options.guard_sample, len(moved_inputs))
+    if not n:
         return (
             deduped,
             planned,
@@ -144,8 +143,7 @@ def guarded_plan(
             ),
             {},
         )
-    inputs = planned[INPUT].iloc[kept].to_numpy()
-    sample = stratified_sample(inputs, options.guard_sample)
+    sample = stratified_sample(moved_inputs, options.guard_sample)
     budget = call_max_tokens(call, options)
     sides = []  # (input ids, requests) in the written, then the planned field order
     for plan, tag in ((written, "written"), (planned, "planned")):

@@ -202,3 +202,28 @@ def test_the_dagster_plan_step_decides_and_llm_outputs_reuses_the_sample(tmp_pat
     assert outputs_meta["guard_requests"].value == 2 * 48
     assert set(result.output_for_node("g__result")["a"]) == {"yes"}
     assert engine.sent == 2 * 48 + (ROWS - 48)  # the written half of the sample is reused
+
+
+def test_the_sample_holds_only_inputs_whose_fields_moved():
+    """Half the inputs keep the written order (unique short passages): sampling them would
+    compare a prompt with itself and agree by construction."""
+    half = ROWS // 2
+    questions = [f"What happened in year {1900 + i}?" for i in range(ROWS)]
+    t = pa.table(
+        {
+            "id": [str(i) for i in range(ROWS)],
+            "question": [
+                q + (" Shared question text." * 6 if i >= half else "")
+                for i, q in enumerate(questions)
+            ],  # fmt: skip
+            "passage": [
+                PASSAGE * 3 + f"Chapter {i // 10}." if i < half else f"Unique {i}."
+                for i in range(ROWS)
+            ],  # fmt: skip
+        }
+    )
+    options = QueryOptions(field_order_guard=0.8, guard_sample=24)
+    plain = run_query(QUERY, {"t": t}, QueryOptions(), SimulatedEngine(), send=False)
+    assert set(plain.stages[0].plan["field_order"]) == {"passage,question", "question,passage"}
+    guard = run_query(QUERY, {"t": t}, options, Scripted(first_field)).stages[0].guard
+    assert guard.compared == 24 and guard.agreement == 0.0, guard.report()
