@@ -15,7 +15,7 @@ its own prefix group, `max_tokens=1`) against N server processes on 127.0.0.1, p
   batch, on the server's CPU);
 
 and per client path (`benchmarks.client_throughput.client_path`): `lean`, the engine as it
-is (plain-http completions over its own HTTP/1.1 connections, `resources.openai_lean`),
+is (plain-http completions over its own HTTP/1.1 connections, `resources.openai.lean`),
 and `httpx`, every completion through httpx as before the lean path.
 
 Per row: `requests_per_s` (requests / wall seconds of one `engine.run` of all of them, after
@@ -53,9 +53,9 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from benchmarks.lib.faults import healthy_base_url, stop_process
-from resources import openai_attempt
 from resources.engine import Request
-from resources.openai_engine import OpenAIEngine
+from resources.openai import attempt as openai_attempt
+from resources.openai.engine import OpenAIEngine
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "client_throughput.json"
@@ -173,7 +173,7 @@ class _Process:
 def client_path(path: str) -> Iterator[None]:
     """`lean`: the engine as it is (plain-http completions over its own HTTP/1.1 streams);
     `httpx`: every completion through httpx, as before the lean path (what
-    `openai_attempt.post_once` does for https, client auth or a proxy)."""
+    `openai.attempt.post_once` does for https, client auth or a proxy)."""
     if path not in ("lean", "httpx"):
         raise ValueError(f"unknown client path {path!r}")
     saved = openai_attempt.lean_target

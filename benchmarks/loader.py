@@ -356,7 +356,7 @@ def _import_plan_path() -> None:
 
     import llm_assets.assets.tracking  # noqa: F401
     import llm_assets.planning  # noqa: F401
-    from llm_assets import cli  # noqa: F401
+    from llm_assets.cli import commands as cli  # noqa: F401
     from llm_assets.pipeline import run, typecheck  # noqa: F401
     from resources import llm_resources  # noqa: F401
 
@@ -393,7 +393,7 @@ def metered_stages(meter: StageMeter) -> Iterator[dict]:
     calls, and `expected`: every stage name the run must report). A stage function found
     nowhere is an AttributeError."""
     _import_plan_path()
-    from llm_assets import cli
+    from llm_assets.cli import commands as cli
 
     counted = {"token_count_s": 0.0, "token_counts": 0}
     undo: list[Callable] = []
@@ -442,7 +442,7 @@ def metered_stages(meter: StageMeter) -> Iterator[dict]:
 def measure_stages(csv_path: Path, sql_path: Path) -> dict:
     """`llm-assets plan SQL --table reviews=CSV --methods ggr --json`, in this process, metered
     per stage (see the module docstring). Run it in a fresh process for figures to compare."""
-    from llm_assets import cli
+    from llm_assets.cli import commands as cli
 
     _import_plan_path()
     meter = StageMeter()

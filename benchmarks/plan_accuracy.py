@@ -47,7 +47,7 @@ def cases(rows: int) -> list[tuple[str, object, dict, str]]:
     from llm_assets.benchmark_queries import SYSTEM_PROMPTS, compile_query
     from llm_assets.data.movies import movies
     from llm_assets.data.products import products
-    from llm_assets.sql import compile_sql
+    from llm_assets.sql.compiler import compile_sql
 
     movie_tables = movies(rows)
     out = [
@@ -68,7 +68,7 @@ def cases(rows: int) -> list[tuple[str, object, dict, str]]:
 
 
 def sim():
-    from llm_assets.cli import build_engine
+    from llm_assets.cli.commands import build_engine
 
     return build_engine("sim", "L4", "llama-2-7b", "vllm-v1", True)
 

@@ -208,7 +208,7 @@ def run_task(task: Task, model: str, table: pd.DataFrame, args, logs: Path, say)
         submission_keys,
     )
     from llm_assets.pipeline.options import QueryOptions
-    from llm_assets.sql import compile_sql
+    from llm_assets.sql.compiler import compile_sql
     from resources.llama_cpp.engine import LlamaCppEngine
 
     query = compile_sql(task.sql, name=f"quality_{task.name}")

@@ -197,7 +197,7 @@ def blocking_recall(sql: str, tables, truth: set, key: list[str], unordered: boo
     """The candidate pairs (`run_filtered`, nothing sent) against the true pairs: how many
     there are, and the share of the true pairs among them."""
     from llm_assets.pipeline.filtering import run_filtered
-    from llm_assets.sql import compile_sql
+    from llm_assets.sql.compiler import compile_sql
 
     frame = run_filtered(compile_sql(sql, "recall"), tables, True, max_pairs=None)
     pairs = {tuple(p) for p in frame[key].astype(str).to_numpy().tolist()}
@@ -225,7 +225,7 @@ def refusal(n_reviews: int, n_movies: int, folder: Path, home: Path, k: int) -> 
 
     from llm_assets.pipeline.options import QueryOptions
     from llm_assets.pipeline.run import run_query
-    from llm_assets.sql import compile_sql
+    from llm_assets.sql.compiler import compile_sql
     from resources.engine import EngineWrapper
 
     class Counting(EngineWrapper):
@@ -292,7 +292,7 @@ def top_k_count(reviews, movies, k: int) -> dict:
     """The same tables blocked by top-k: the candidate pairs retrieved and counted (nothing
     sent), and how long that takes."""
     from llm_assets.pipeline.filtering import run_filtered
-    from llm_assets.sql import compile_sql
+    from llm_assets.sql.compiler import compile_sql
 
     on = TOP_K_ON["top_k_blocked"].format(k=k)
     sql = f"{MOVIES_SELECT}{on} AND {LLM_ON}"
@@ -381,7 +381,7 @@ def three_paths(sql: str, tables, key: list[str], folder: Path, home: Path) -> d
     from llm_assets import llm_query_assets
     from llm_assets.pipeline.options import QueryOptions
     from llm_assets.pipeline.run import run_query
-    from llm_assets.sql import compile_sql
+    from llm_assets.sql.compiler import compile_sql
     from resources.sim.engine import SimulatedEngine
 
     paths = write_tables(folder, tables)

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import dagster as dg
 
 from jobs.defs.benchmark_queries import BENCHMARKS
-from llm_assets.sql_ast import case_twin
+from llm_assets.sql.syntax import case_twin
 
 DATASETS_GROUP = "datasets"
 BENCHMARK_JOBS = ("benchmark", "products_benchmark")

@@ -5,7 +5,7 @@ token is generated (filter pushdown, exact dedup, GGR reordering, prefix caching
 declare a query, `default_resources()` gives the resources its assets need (engine from
 `LLM_ASSETS_ENGINE`, sim by default); `llm_assets.pipeline.run.run_query` runs one outside
 Dagster. These names are loaded on first use (PEP 562), so importing a pure module such as
-`llm_assets.sql` does not import Dagster, and `resources` can import the pure modules
+`llm_assets.sql.compiler` does not import Dagster, and `resources` can import the pure modules
 without a cycle.
 """
 

@@ -21,8 +21,8 @@ Tables (bound to DuckDB relations by the caller):
 
 from __future__ import annotations
 
-from llm_assets.query import LLMQuery
-from llm_assets.sql import compile_sql
+from llm_assets.query.model import LLMQuery
+from llm_assets.sql.compiler import compile_sql
 
 DATASETS: tuple[str, ...] = ("movies", "products", "squad")
 

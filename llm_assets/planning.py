@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
-from llm_assets.query import LLMQuery
+from llm_assets.query.model import LLMQuery
 
 
 class FilterEstimate(NamedTuple):

@@ -2,7 +2,7 @@
 case-insensitively (quoted or not), every other character as it is.
 
 The warehouse (`resources.warehouse`) refuses a frame with two columns DuckDB cannot keep
-apart and a schema named like one DuckDB reserves; the query model (`llm_assets.sql_ast`,
+apart and a schema named like one DuckDB reserves; the query model (`llm_assets.sql.syntax`,
 which re-exports both functions) refuses the same names before a query is built.
 """
 

@@ -1,6 +1,6 @@
 """Dagster resources for the LLM engines: one abstract resource, three implementations.
 
-Each engine resource inherits its engine's pydantic config model (`resources.engine_config`,
+Each engine resource inherits its engine's pydantic config model (`resources.configs`,
 `resources.sim.config`), so each parameter is declared once and every field is settable from
 run config / YAML as `llm_engine: {config: {<field>: ...}}`; a value out of range fails when
 the run starts with one line naming the field (a bad `Literal` choice already at launch, in
@@ -37,13 +37,13 @@ from typing import Annotated
 import dagster as dg
 from pydantic import Field, PrivateAttr, TypeAdapter, ValidationError
 
-from resources.engine import LLMEngine, Request, RunResult
-from resources.engine_config import (
+from resources.configs import (
     EngineConfig,
     LlamaCppEngineConfig,
     OpenAIEngineConfig,
     VLLMEngineConfig,
 )
+from resources.engine import LLMEngine, Request, RunResult
 from resources.sim.config import SimulatedEngineConfig
 
 __all__ = [
@@ -156,7 +156,7 @@ the engine is built. (Only the model: Dagster fills in the default of a choice f
 
 class VLLMEngineResource(LLMEngineResource, VLLMEngineConfig):
     """In-process vLLM (`pip install -e '.[vllm]'`); the model loads on the first `run`.
-    Its fields are `VLLMEngineConfig`'s (`resources.engine_config`); `model`, when not set in
+    Its fields are `VLLMEngineConfig`'s (`resources.configs`); `model`, when not set in
     config or code, is read from `LLM_ASSETS_VLLM_MODEL` when the engine is built."""
 
     model: str | None = None  # type: ignore[assignment]
@@ -185,7 +185,7 @@ OPENAI_ENV_PREFIX = "LLM_ASSETS_OPENAI_"
 class OpenAIEngineResource(LLMEngineResource, OpenAIEngineConfig):
     """Any OpenAI-compatible server over HTTP (vLLM, llama.cpp's llama-server, SGLang, a
     hosted API, the sim's server). Its fields are `OpenAIEngineConfig`'s
-    (`resources.engine_config`), plus the secret `api_key`.
+    (`resources.configs`), plus the secret `api_key`.
 
     Every option is optional in run config: one not set there (nor in code) is read from the
     environment variable `LLM_ASSETS_OPENAI_<OPTION>` when the run starts, else takes its
@@ -218,7 +218,7 @@ class OpenAIEngineResource(LLMEngineResource, OpenAIEngineConfig):
         return settings_from_env(OpenAIEngineConfig, given, OPENAI_ENV_PREFIX, required)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        from resources.openai_wire import split_url_credentials
+        from resources.openai.wire import split_url_credentials
 
         run = context.run
         for key, entry in ((run.run_config or {}).get("resources") or {}).items() if run else ():
@@ -245,7 +245,7 @@ class OpenAIEngineResource(LLMEngineResource, OpenAIEngineConfig):
         super().setup_for_execution(context)
 
     def build_engine(self) -> LLMEngine:
-        from resources.openai_engine import OpenAIEngine
+        from resources.openai.engine import OpenAIEngine
 
         key = self.api_key or os.environ.get(OPENAI_ENV_PREFIX + "API_KEY") or None
         return OpenAIEngine(config=self.settings(), api_key=key)
@@ -260,7 +260,7 @@ class LlamaCppEngineResource(LLMEngineResource, LlamaCppEngineConfig):
     """A real local model on llama.cpp's `llama-server`, which the engine starts on 127.0.0.1
     at the first request of a run and stops when the run's step ends (also a failed one:
     `teardown_after_execution`; a killed step's server is stopped by its watchdog). Its
-    fields are `LlamaCppEngineConfig`'s (`resources.engine_config`): `model` is a bundled
+    fields are `LlamaCppEngineConfig`'s (`resources.configs`): `model` is a bundled
     name (smollm2-135m, gemma3-270m; `make models`) or a GGUF path; a missing model or
     binary fails when the run starts, in one line. An option not set in config or code is
     read from `LLM_ASSETS_LLAMA_CPP_<OPTION>` when set."""

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from typing import Any, get_args
 
 from llm_assets.output_spec import OutputSpec
+from resources.configs import SchedulingPolicy, VLLMEngineConfig
 from resources.engine import LLMEngine, Request, Response, RunResult, RunStats
-from resources.engine_config import SchedulingPolicy, VLLMEngineConfig
 
 __all__ = [
     "SCHEDULING_POLICIES",

@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from llm_assets import cli
+from llm_assets.cli import commands as cli
 
 SQL = (
     "SELECT t.id, LLM('Answerable? {question} {passage}', t.question, t.passage, "

@@ -1,10 +1,10 @@
-"""The CLI's progress bar (`cli_reports.ProgressBar`) prints a stage's 100% line once (issue
+"""The CLI's progress bar (`cli.reports.ProgressBar`) prints a stage's 100% line once (issue
 35, item 3: with chunks slower than tqdm's refresh interval, the last update printed it and
 closing the bar printed it again)."""
 
 import time
 
-from llm_assets.cli_reports import ProgressBar
+from llm_assets.cli.reports import ProgressBar
 
 
 def test_each_stage_prints_its_100_percent_line_once(capsys):

@@ -14,7 +14,7 @@ import dagster as dg
 import pytest
 
 from jobs.resources import resources_for
-from llm_assets import cli
+from llm_assets.cli import commands as cli
 from resources.llm_resources import LLMEngineResource
 
 GOOD = {

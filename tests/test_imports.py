@@ -66,7 +66,7 @@ def test_resources_import_nothing_from_llm_assets_but_the_output_spec():
 
 def test_the_import_scan_sees_every_form():
     source = (
-        "import llm_assets.query\n"
+        "import llm_assets.query.model\n"
         "from llm_assets import output_spec, sql\n"
         "def lazy():\n"
         "    from llm_assets.optimizer.metrics import phc\n"
@@ -76,7 +76,7 @@ def test_the_import_scan_sees_every_form():
         "import llm_assets_other\n"
     )
     assert sorted(llm_assets_imports(ast.parse(source))) == [
-        (1, "llm_assets.query"),
+        (1, "llm_assets.query.model"),
         (2, "llm_assets.output_spec"),
         (2, "llm_assets.sql"),
         (4, "llm_assets.optimizer.metrics"),

@@ -34,7 +34,7 @@ from click.testing import CliRunner
 
 from llm_assets import default_resources
 from llm_assets.cli import main as cli
-from llm_assets.sql import compile_sql
+from llm_assets.sql.compiler import compile_sql
 from resources.home import llm_assets_home
 from tests.conftest import ROOT
 

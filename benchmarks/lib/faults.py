@@ -58,7 +58,7 @@ from benchmarks.lib.hostile_faults import HOSTILE_CASES, run_hostile_case
 from llm_assets.data.movies import movie_reviews
 from llm_assets.output_spec import OutputSpec
 from resources.engine import EngineWrapper, Request, Response, RunResult
-from resources.openai_engine import OpenAIEngine
+from resources.openai.engine import OpenAIEngine
 from resources.response_cache import ResponseCache
 from resources.runner import RunOutcome, run_requests
 

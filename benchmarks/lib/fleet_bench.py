@@ -24,7 +24,7 @@ Strategies (`STRATEGIES`): `round_robin`, `cache_aware` (CLI defaults) and `cons
 are vllm-router policies in front of the N servers; the client is the project's
 `OpenAIEngine` with the router's one URL (a fleet of one for the planner, so the three send
 the same request order), `routing="router"` for `consistent_hash` (each request carries its
-prefix group's `resources.fleet_plan.group_key` in `X-Session-ID`). `affinity` is the
+prefix group's `resources.openai.placement.group_key` in `X-Session-ID`). `affinity` is the
 project's planner: `OpenAIEngine` with the N URLs, `routing="affinity"`.
 
 Concurrency: the sim server coalesces the requests that arrive within its batch window into one
@@ -178,7 +178,7 @@ def plan_table(name: str, rows: int, seed: int = 0) -> PlannedTable:
     from llm_assets.pipeline.options import QueryOptions
     from llm_assets.pipeline.run import run_query
     from llm_assets.pipeline.send import requests_from_plan
-    from llm_assets.sql import compile_sql
+    from llm_assets.sql.compiler import compile_sql
     from resources.sim.engine import SimulatedEngine
 
     if name == "movies":
@@ -437,8 +437,8 @@ class Measured:
 
 
 def _engine(urls: list[str], routing: str, concurrency: int):
-    from resources.engine_config import OpenAIEngineConfig
-    from resources.openai_engine import OpenAIEngine
+    from resources.configs import OpenAIEngineConfig
+    from resources.openai.engine import OpenAIEngine
 
     config = OpenAIEngineConfig(
         base_urls=urls,

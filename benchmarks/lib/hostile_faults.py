@@ -25,7 +25,7 @@ response at all, must be 0), `requests_sent` (completion calls the server saw),
   0), never answered or lost, and the cost recorded for the run (`recorded_cost_usd`, the
   highest over `PRICING` of the engine's own totals) must stay within `cost_bound_usd`, the
   cost of every answered row at the most tokens its request can have
-  (`resources.openai_wire.UsageBounds`).
+  (`resources.openai.wire.UsageBounds`).
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def _implausible_report(requests: list, outcome: Any, engine: Any) -> dict[str, 
     recorded cost against its bound (see the module docstring)."""
     from llm_assets.assets.tracking import engine_costs
     from llm_assets.optimizer.cost import PRICING, token_cost_usd
-    from resources.openai_wire import UsageBounds
+    from resources.openai.wire import UsageBounds
 
     by_id = {r.id: r for r in outcome.responses}
     bad = [r for r in requests if implausible_row(int(r.id.removeprefix("row-"))) is not None]

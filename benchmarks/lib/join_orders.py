@@ -37,7 +37,7 @@ from llm_assets.pipeline.plan import placeholder_columns, prompt_format, relquer
 from llm_assets.pipeline.rows import INPUT, ROW
 from llm_assets.pipeline.run import run_query
 from llm_assets.pipeline.send import send_stage
-from llm_assets.sql import compile_sql
+from llm_assets.sql.compiler import compile_sql
 from resources.engine import LLMEngine, RunStats
 
 FILE_ORDER = "original"

@@ -23,8 +23,8 @@ from llm_assets.pipeline.results import check_answer
 from llm_assets.pipeline.retrieval import retrieve
 from llm_assets.pipeline.rows import SKIP
 from llm_assets.pipeline.typecheck import check_predicates
-from llm_assets.query_parts import LLMCall
-from llm_assets.query_sql import pre_llm_sql
+from llm_assets.query.parts import LLMCall
+from llm_assets.query.render import pre_llm_sql
 
 COMMON = {"options", "gx"}
 

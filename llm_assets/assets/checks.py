@@ -15,8 +15,8 @@ from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.quality import answer_count, parse_rate, parse_rate_problems
 from llm_assets.pipeline.results import accounting
 from llm_assets.pipeline.rows import INPUT, ROW, SKIP
-from llm_assets.query import LLMQuery
-from llm_assets.query_parts import LLMCall
+from llm_assets.query.model import LLMQuery
+from llm_assets.query.parts import LLMCall
 from resources.expectations import Expect, GXValidator
 
 FIELDS_CHECK = "llm_fields_present"

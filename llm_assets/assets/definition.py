@@ -14,10 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.sources import SourceSpec
-from llm_assets.query import LLMQuery
-from llm_assets.query_parts import LLMCall
-from llm_assets.sql import compile_sql
-from llm_assets.sql_ast import duckdb_fold
+from llm_assets.query.model import LLMQuery
+from llm_assets.query.parts import LLMCall
+from llm_assets.sql.compiler import compile_sql
+from llm_assets.sql.syntax import duckdb_fold
 from resources.warehouse import RESERVED_SCHEMAS
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -21,7 +21,7 @@ import dagster as dg
 from pydantic import Field, ValidationError
 
 from llm_assets.pipeline.options import QueryOptions
-from resources.engine_config import config_error
+from resources.configs import config_error
 
 
 class QueryOptionsResource(dg.ConfigurableResource):

@@ -28,7 +28,7 @@ from llm_assets.pipeline.quality import SIM_NOTE, quality_metrics, stage_quality
 from llm_assets.pipeline.results import accounting, row_counts, run_answer, run_result
 from llm_assets.pipeline.rows import INPUT, stage_input
 from llm_assets.pipeline.send import StageSend
-from llm_assets.query_parts import LLMCall
+from llm_assets.query.parts import LLMCall
 
 # ---- one LLM stage ------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from llm_assets.sql_ast import duckdb_fold
+from llm_assets.sql.syntax import duckdb_fold
 
 
 class InputError(ValueError):

@@ -11,7 +11,7 @@ from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.plan import call_max_tokens, plan_stage
 from llm_assets.pipeline.rows import stage_input
 from llm_assets.pipeline.send import outputs_frame, requests_from_plan
-from llm_assets.query import LLMQuery
+from llm_assets.query.model import LLMQuery
 from resources.engine import LLMEngine
 
 SAMPLE_ROWS = 32

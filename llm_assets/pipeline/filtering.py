@@ -17,9 +17,9 @@ from sqlglot import exp
 from llm_assets.optimizer.table import TRANSIENT
 from llm_assets.pipeline.connection import locked_connection
 from llm_assets.pipeline.rows import ROW
-from llm_assets.query import LLMQuery
-from llm_assets.query_sql import post_llm_predicates, pre_llm_sql
-from llm_assets.sql import check_columns
+from llm_assets.query.model import LLMQuery
+from llm_assets.query.render import post_llm_predicates, pre_llm_sql
+from llm_assets.sql.compiler import check_columns
 
 
 def predicate_only_columns(query: LLMQuery) -> dict[str, list[str]]:

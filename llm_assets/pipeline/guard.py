@@ -38,8 +38,8 @@ from llm_assets.pipeline.plan import call_max_tokens, plan_stage, relquery_id, s
 from llm_assets.pipeline.quality import wilson_interval
 from llm_assets.pipeline.rows import INPUT
 from llm_assets.pipeline.send import requests_from_plan
-from llm_assets.query import LLMQuery
-from llm_assets.query_parts import LLMCall
+from llm_assets.query.model import LLMQuery
+from llm_assets.query.parts import LLMCall
 from resources.engine import LLMEngine, Response
 from resources.runner import request_keys, run_requests
 

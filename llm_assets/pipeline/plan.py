@@ -14,8 +14,8 @@ from llm_assets.optimizer.schedule import Schedule
 from llm_assets.optimizer.table import object_array
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.rows import INPUT, ROW
-from llm_assets.query import LLMQuery
-from llm_assets.query_parts import LLMCall
+from llm_assets.query.model import LLMQuery
+from llm_assets.query.parts import LLMCall
 from resources.engine import LLMEngine
 
 

@@ -41,8 +41,8 @@ from llm_assets.pipeline.pricing import PriceSample, price_stage
 from llm_assets.pipeline.rows import INPUT, limit_rows, stage_input
 from llm_assets.pipeline.run import prepare
 from llm_assets.pipeline.send import send_stage
-from llm_assets.query import LLMQuery
-from llm_assets.query_parts import LLMCall
+from llm_assets.query.model import LLMQuery
+from llm_assets.query.parts import LLMCall
 from resources.engine import LLMEngine, RunStats
 
 PLAN_SAMPLE_ROWS = 2048

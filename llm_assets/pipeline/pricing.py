@@ -33,7 +33,7 @@ import pandas as pd
 
 from llm_assets.pipeline.plan import sendable
 from llm_assets.pipeline.send import requests_from_plan
-from llm_assets.query_parts import LLMCall
+from llm_assets.query.parts import LLMCall
 from resources.engine import LLMEngine, Response, RunStats
 
 EXACT_REQUESTS = 200_000

@@ -46,7 +46,7 @@ from llm_assets.output_spec import OutputSpec
 from llm_assets.pipeline.filtering import SOURCE_ROWS, source_row_column
 from llm_assets.pipeline.results import answer_number
 from llm_assets.pipeline.rows import INPUT
-from llm_assets.query import LLMQuery
+from llm_assets.query.model import LLMQuery
 
 LABEL = "_label"
 """The column of `filtered` (and of every later table) holding each row's label as text."""

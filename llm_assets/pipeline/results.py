@@ -18,11 +18,11 @@ from llm_assets.pipeline.filtering import (
     source_row_column,
 )
 from llm_assets.pipeline.rows import ROW, SKIP, answers_by_row, passes_filter
-from llm_assets.query import SOURCE_ROW, LLMQuery
-from llm_assets.query_answer import star_alias
-from llm_assets.query_parts import LLMCall
-from llm_assets.query_sql import answer_select, post_llm_predicates
-from llm_assets.sql_ast import condition_values_sql
+from llm_assets.query.answer import star_alias
+from llm_assets.query.model import SOURCE_ROW, LLMQuery
+from llm_assets.query.parts import LLMCall
+from llm_assets.query.render import answer_select, post_llm_predicates
+from llm_assets.sql.syntax import condition_values_sql
 
 
 def row_counts(deduped: pd.DataFrame, outputs: pd.DataFrame) -> dict[str, int]:
@@ -110,7 +110,7 @@ def run_answer(
     tables: Mapping[str, pa.Table | pd.DataFrame] | None = None,
     check: bool = False,
 ) -> pd.DataFrame:
-    """The query's answer: its SELECT run in DuckDB (`query_sql.answer_select`, on a locked
+    """The query's answer: its SELECT run in DuckDB (`query.render.answer_select`, on a locked
     connection) over every row the WHERE keeps (`passed`), each LLM call's answers a column,
     NULL where the row was skipped or failed.
 

@@ -75,12 +75,12 @@ def build_retriever(kind: str, corpus: Sequence[str]) -> TfidfRetriever:
 def retrieve(query, tables, rows, retriever: str):
     """`rows` with the k nearest corpus values of each of `query`'s retrievals as columns
     `name_1..name_k`. The corpus is the retrieval's distinct non-null corpus values over the
-    whole source table (`query_sql.corpus_sql`, on a locked DuckDB connection); a DuckDB
+    whole source table (`query.render.corpus_sql`, on a locked DuckDB connection); a DuckDB
     error is a one-line ValueError naming the retrieval."""
     import duckdb
 
     from llm_assets.pipeline.filtering import as_arrow, locked_connection
-    from llm_assets.query_sql import corpus_sql
+    from llm_assets.query.render import corpus_sql
 
     out = rows.copy()
     for retrieval in query.retrievals:
@@ -103,7 +103,7 @@ def retrieve(query, tables, rows, retriever: str):
 
 
 def nearest_pairs(con, block, relations, retriever: str = "tfidf"):
-    """A semantic join's top-k candidate pairs (`query_parts.TopK`) as a pyarrow table of
+    """A semantic join's top-k candidate pairs (`query.parts.TopK`) as a pyarrow table of
     `TOP_K_QUERY`, `TOP_K_CORPUS` source row numbers: each row of the query side with a
     non-null query value, paired with the `block.k` rows of the corpus side (every row with a
     non-null value; all of them when fewer) whose values `retriever` scores nearest, ties in
@@ -111,10 +111,10 @@ def nearest_pairs(con, block, relations, retriever: str = "tfidf"):
     import pyarrow as pa
     from sqlglot import exp
 
-    from llm_assets.query import SOURCE_ROW
-    from llm_assets.query_parts import split_column
-    from llm_assets.query_sql import TOP_K_CORPUS, TOP_K_QUERY
-    from llm_assets.sql_ast import column_node, render, table
+    from llm_assets.query.model import SOURCE_ROW
+    from llm_assets.query.parts import split_column
+    from llm_assets.query.render import TOP_K_CORPUS, TOP_K_QUERY
+    from llm_assets.sql.syntax import column_node, render, table
 
     def rows(column: str) -> tuple[np.ndarray, list[str]]:
         alias, name = split_column(column)

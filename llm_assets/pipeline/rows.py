@@ -22,9 +22,9 @@ from collections.abc import Sequence
 import pandas as pd
 
 from llm_assets.pipeline.connection import locked_connection
-from llm_assets.query import LLMQuery
-from llm_assets.query_parts import LLMCall
-from llm_assets.query_sql import limit_select
+from llm_assets.query.model import LLMQuery
+from llm_assets.query.parts import LLMCall
+from llm_assets.query.render import limit_select
 
 ROW = "_row"
 INPUT = "_input_id"
@@ -62,7 +62,7 @@ def stage_input(
 
 def limit_rows(rows: pd.DataFrame, query: LLMQuery) -> pd.DataFrame:
     """The `rows` (kept by the WHERE) the query's LIMIT and OFFSET keep, in their order:
-    sorted in DuckDB by its ORDER BY keys then `_row` (`query_sql.limit_select`, as the
+    sorted in DuckDB by its ORDER BY keys then `_row` (`query.render.limit_select`, as the
     answer sorts them). All of `rows` when the LIMIT cannot be pushed down
     (`LLMQuery.limit_pushdown`)."""
     if not query.limit_pushdown():

@@ -22,8 +22,8 @@ from llm_assets.pipeline.results import accounting, check_answer, run_answer, ru
 from llm_assets.pipeline.retrieval import retrieve
 from llm_assets.pipeline.rows import stage_input
 from llm_assets.pipeline.send import Progress, send_stage
-from llm_assets.query import LLMQuery
-from llm_assets.query_parts import LLMCall
+from llm_assets.query.model import LLMQuery
+from llm_assets.query.parts import LLMCall
 from resources.engine import LLMEngine, RunStats
 
 

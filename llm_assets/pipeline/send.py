@@ -11,7 +11,7 @@ import pandas as pd
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.plan import call_max_tokens, sendable
 from llm_assets.pipeline.rows import INPUT
-from llm_assets.query_parts import LLMCall
+from llm_assets.query.parts import LLMCall
 from resources.engine import LLMEngine, Request, Response
 from resources.runner import RunOutcome, raise_if_too_many_errors, run_requests
 

@@ -17,7 +17,7 @@ reads the most values is suggested: `TRY_CAST(split_part(r.rating, '/', 1) AS DO
 scores are written `3/5`, naming what the plain cast would be true on:
 
 >>> import pyarrow as pa
->>> from llm_assets.sql import compile_sql
+>>> from llm_assets.sql.compiler import compile_sql
 >>> sql = "SELECT r.id, LLM('Positive? {review}', r.review) FROM reviews r WHERE r.rating >= 2"
 >>> reviews = pa.table({"id": ["1", "2"], "review": ["good", "bad"], "rating": ["4", "N/A"]})
 >>> try:
@@ -48,11 +48,11 @@ from sqlglot import exp
 
 from llm_assets.data.sql_types import predicate_types
 from llm_assets.pipeline.filtering import as_arrow, locked_connection, predicate_only_columns
-from llm_assets.query import LLMQuery
-from llm_assets.query_parts import Predicate
-from llm_assets.query_sql import pre_llm_select
-from llm_assets.sql import check_columns
-from llm_assets.sql_ast import DIALECT, column_node, identifier, render, table
+from llm_assets.query.model import LLMQuery
+from llm_assets.query.parts import Predicate
+from llm_assets.query.render import pre_llm_select
+from llm_assets.sql.compiler import check_columns
+from llm_assets.sql.syntax import DIALECT, column_node, identifier, render, table
 
 FIX_TYPES = ("DOUBLE", "DATE", "TIMESTAMP", "BOOLEAN")
 """Types a text column is cast to in a suggested fix, tried in this order after the type the
@@ -302,7 +302,7 @@ def with_try_cast(
     before its first '/' with `split` (`read_as`), and the type it casts to; None if the
     column is only read through TRY_CAST already.
 
-    >>> from llm_assets.sql_ast import parse_condition
+    >>> from llm_assets.sql.syntax import parse_condition
     >>> fixed, to = with_try_cast(parse_condition("r.rating >= 2 AND r.x = 1"), "r.rating", "DATE")
     >>> friendly(fixed), to
     ('TRY_CAST(r.rating AS DATE) >= 2 AND r.x = 1', 'DATE')

@@ -4,7 +4,7 @@ The engine resolves its model (a bundled name or a GGUF path, `resources.llama_c
 and the `llama-server` binary when it is built, so a missing one is a one-line error before
 any table is read or any request sent; it starts the server on 127.0.0.1 the first time a
 request (or the server's context window) is needed, and stops it in `close()`. Requests go
-through the project's OpenAI-compatible client (`resources.openai_engine.OpenAIEngine`) with
+through the project's OpenAI-compatible client (`resources.openai.engine.OpenAIEngine`) with
 llama.cpp's structured outputs (`grammar` for choices and numbers, `json_schema` for JSON),
 one lane per slot, prefix groups kept on one slot.
 
@@ -29,8 +29,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from resources.configs import LlamaCppEngineConfig, OpenAIEngineConfig
 from resources.engine import EngineWrapper, LLMEngine, Request, RunResult
-from resources.engine_config import LlamaCppEngineConfig, OpenAIEngineConfig
 from resources.home import llm_assets_home
 from resources.llama_cpp.binary import find_binary
 from resources.llama_cpp.models import ModelFile, resolve_model
@@ -167,7 +167,7 @@ class LlamaCppEngine(EngineWrapper):
         except ServerStartError as exc:
             raise ServerStartError(f"llama-server for model {self.model!r}: {exc}") from None
         log.info("llama-server ready at %s in %.1f s", server.url, time.perf_counter() - started)
-        from resources.openai_engine import OpenAIEngine
+        from resources.openai.engine import OpenAIEngine
 
         self._server = server
         self._client = OpenAIEngine(

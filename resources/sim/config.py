@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from resources.engine_config import EngineConfig
+from resources.configs import EngineConfig
 
 __all__ = [
     "GpuName",

@@ -37,8 +37,8 @@ if BINARY is None:
 from benchmarks.lib.gguf_model import BOS_ID  # noqa: E402
 from benchmarks.lib.llama_server import ALIAS, LlamaServer, one_slot_cached  # noqa: E402
 from resources.engine import Request  # noqa: E402
-from resources.fleet_plan import prefix_groups  # noqa: E402
-from resources.openai_engine import OpenAIEngine  # noqa: E402
+from resources.openai.engine import OpenAIEngine  # noqa: E402
+from resources.openai.placement import prefix_groups  # noqa: E402
 
 pytestmark = pytest.mark.llama_cpp
 

@@ -58,7 +58,7 @@ def test_the_engine_through_the_router_keeps_each_prefix_group_on_one_worker(tmp
     `/metrics`) is one server's and beats the same router's `round_robin`, which scatters the
     groups."""
     from benchmarks.lib.prom import scrape
-    from resources.openai_engine import OpenAIEngine
+    from resources.openai.engine import OpenAIEngine
     from tests.resources.test_openai_fleet import MODEL, fleet, hit_rate, plan
 
     requests = plan()

@@ -11,8 +11,8 @@ import pytest
 import llm_assets.benchmark_queries as queries_module
 from llm_assets.benchmark_queries import DATASETS, QUERIES, TABLES, compile_query, pairs
 from llm_assets.output_spec import OutputSpec
-from llm_assets.query_parts import Aggregate, Join, LLMFilter, Retrieval, Source
-from llm_assets.sql_outputs import MAX_TOKENS_TEXT
+from llm_assets.query.parts import Aggregate, Join, LLMFilter, Retrieval, Source
+from llm_assets.sql.outputs import MAX_TOKENS_TEXT
 from tests.conftest import shared_file
 from tests.llm_assets.test_query import run_fake
 

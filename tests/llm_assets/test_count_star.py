@@ -19,7 +19,7 @@ from jobs.resources import resources_for
 from llm_assets import llm_query_assets
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.run import run_query
-from llm_assets.sql import compile_sql
+from llm_assets.sql.compiler import compile_sql
 from resources.llm_resources import LLMEngineResource
 from tests.llm_assets.answering import AnsweringEngine
 

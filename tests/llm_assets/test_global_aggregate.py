@@ -24,7 +24,7 @@ from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.results import answer_records, run_answer
 from llm_assets.pipeline.rows import INPUT
 from llm_assets.pipeline.run import run_query
-from llm_assets.sql import SQLError, compile_sql
+from llm_assets.sql.compiler import SQLError, compile_sql
 from resources.llm_resources import LLMEngineResource
 from resources.sim.engine import SimulatedEngine
 from tests.llm_assets.answering import AnsweringEngine

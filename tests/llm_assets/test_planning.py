@@ -20,7 +20,7 @@ from llm_assets.planning import (
     order_llm_filters,
     rank,
 )
-from llm_assets.sql import compile_sql
+from llm_assets.sql.compiler import compile_sql
 
 ESTIMATE = st.tuples(
     st.floats(0, 1000, allow_nan=False),

@@ -13,12 +13,12 @@ import duckdb
 import pandas as pd
 import pytest
 
-import llm_assets.query as query_module
-import llm_assets.query_parts as query_parts_module
+import llm_assets.query.model as query_module
+import llm_assets.query.parts as query_parts_module
 from llm_assets.output_spec import OutputSpec
-from llm_assets.query import LLMQuery
-from llm_assets.query_parts import Aggregate, Join, LLMCall, LLMFilter, Predicate, Retrieval, Source
-from llm_assets.query_sql import corpus_sql, from_sql, post_llm_predicates, pre_llm_sql
+from llm_assets.query.model import LLMQuery
+from llm_assets.query.parts import Aggregate, Join, LLMCall, LLMFilter, Predicate, Retrieval, Source
+from llm_assets.query.render import corpus_sql, from_sql, post_llm_predicates, pre_llm_sql
 
 YES_NO = OutputSpec.choice(["Yes", "No"])
 

@@ -22,8 +22,8 @@ from llm_assets import llm_query_assets
 from llm_assets.assets.checks import pair_problems
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.run import run_query
-from llm_assets.query_sql import pre_llm_sql
-from llm_assets.sql import SQLError, compile_sql
+from llm_assets.query.render import pre_llm_sql
+from llm_assets.sql.compiler import SQLError, compile_sql
 from resources.llm_resources import LLMEngineResource
 from tests.llm_assets.answering import AnsweringEngine
 
@@ -219,7 +219,7 @@ def test_a_semantic_join_the_model_cannot_run_is_refused_in_one_line():
 
     from pydantic import ValidationError
 
-    from llm_assets.query_parts import Retrieval
+    from llm_assets.query.parts import Retrieval
 
     query = compile_sql(SQL, "sj")
     with pytest.raises(ValueError, match="is not a filtered LLM call of the query"):

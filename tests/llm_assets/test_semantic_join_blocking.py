@@ -21,8 +21,8 @@ from llm_assets.pipeline.filtering import run_filtered
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.run import run_query
 from llm_assets.pipeline.typecheck import check_predicates
-from llm_assets.query_parts import Join, TopK
-from llm_assets.sql import SQLError, compile_sql
+from llm_assets.query.parts import Join, TopK
+from llm_assets.sql.compiler import SQLError, compile_sql
 from tests.llm_assets.answering import AnsweringEngine
 from tests.llm_assets.test_semantic_join import MOVIES, REVIEWS, ReadsThePair, expected_pairs
 

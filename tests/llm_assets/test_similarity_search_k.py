@@ -5,7 +5,7 @@ for int()`)."""
 
 import pytest
 
-from llm_assets.sql import SQLError, compile_sql
+from llm_assets.sql.compiler import SQLError, compile_sql
 
 IN_SELECT = "SELECT LLM('{c} {y}', similarity_search(a.q, k => K), a.y) FROM t a"
 IN_JOIN = (

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import llm_assets.sql as sql_module
-import llm_assets.sql_outputs as sql_outputs_module
+import llm_assets.sql.compiler as sql_module
+import llm_assets.sql.outputs as sql_outputs_module
 from llm_assets.output_spec import OutputSpec
-from llm_assets.query_parts import (
+from llm_assets.query.parts import (
     Aggregate,
     AggregateItem,
     Join,
@@ -20,8 +20,8 @@ from llm_assets.query_parts import (
     Retrieval,
     Source,
 )
-from llm_assets.sql import SQLError, compile_sql
-from llm_assets.sql_outputs import (
+from llm_assets.sql.compiler import SQLError, compile_sql
+from llm_assets.sql.outputs import (
     DEFAULT_NUMBER_RANGE,
     MAX_TOKENS_CHOICE,
     MAX_TOKENS_CHOICE_SHORT,

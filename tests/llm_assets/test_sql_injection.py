@@ -18,10 +18,10 @@ from sqlglot import exp
 
 from llm_assets.pipeline.filtering import run_filtered
 from llm_assets.pipeline.results import run_result
-from llm_assets.query_parts import Predicate, Source
-from llm_assets.query_sql import post_llm_predicates, pre_llm_sql
-from llm_assets.sql import SQLError, compile_sql
-from llm_assets.sql_ast import FORBIDDEN_CHARS, column_problem, condition_values_sql
+from llm_assets.query.parts import Predicate, Source
+from llm_assets.query.render import post_llm_predicates, pre_llm_sql
+from llm_assets.sql.compiler import SQLError, compile_sql
+from llm_assets.sql.syntax import FORBIDDEN_CHARS, column_problem, condition_values_sql
 
 COPY = "COPY (SELECT * FROM read_text('/etc/hostname')) TO 'out.csv' (FORMAT csv)"
 ATTACH = "ATTACH 'evil.db' AS evil; CREATE TABLE evil.t AS SELECT 42 AS x"

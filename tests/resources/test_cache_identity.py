@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from benchmarks.lib.hostile import HostileServer, Reply, completion_body
 from resources.engine import Request
-from resources.openai_engine import OpenAIEngine
+from resources.openai.engine import OpenAIEngine
 from resources.response_cache import ResponseCache
 from resources.runner import run_requests
 from tests.resources.test_openai_fleet import MODEL, fleet

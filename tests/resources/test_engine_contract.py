@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from resources.configs import DType, OpenAIEngineConfig, VLLMEngineConfig
 from resources.engine import EngineWrapper, GpuRental, LLMEngine, Request, Response, RunStats
-from resources.engine_config import DType, OpenAIEngineConfig, VLLMEngineConfig
-from resources.openai_engine import OpenAIEngine
-from resources.openai_wire import SERVER_STYLES
+from resources.openai.engine import OpenAIEngine
+from resources.openai.wire import SERVER_STYLES
 from resources.response_cache import EngineKey
 from resources.sim import config as sim_config
 from resources.sim.cost_model import TIMING_PROFILES

@@ -1,4 +1,4 @@
-"""Property tests of the fleet plan (`resources.fleet_plan`): every request assigned once, a
+"""Property tests of the fleet plan (`resources.openai.placement`): every request assigned once, a
 group cut only when it exceeds a fair share, order kept inside a replica, balance by mass."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resources.fleet_plan import MAX_CUT_OVERHEAD, plan_fleet, prefix_groups
+from resources.openai.placement import MAX_CUT_OVERHEAD, plan_fleet, prefix_groups
 
 # GGR-like plans: an instruction, a "movie" block shared by neighbours, a unique review
 movies = st.sampled_from(["a" * 70, "b" * 70, "c" * 300, "d" * 20])
@@ -97,7 +97,7 @@ def test_a_group_is_not_cut_when_its_prefix_costs_more_than_the_cut_saves() -> N
     assert any(p.indices == list(range(8)) for q in plan.queues for p in q)
 
 
-# -- serving a plan (`resources.openai_fleet.serve_fleet`) with replicas that fail ---------------
+# -- serving a plan (`resources.openai.fleet.serve_fleet`) with replicas that fail ---------------
 
 
 @settings(max_examples=200, deadline=None)
@@ -114,7 +114,7 @@ def test_serve_fleet_ends_every_request_once_whatever_fails(plan_in, n, workers,
     live one existed; and the run ends (no hang) with nothing left when a replica survives."""
     import asyncio
 
-    from resources.openai_fleet import Replica, plan_caps, serve_fleet
+    from resources.openai.fleet import Replica, plan_caps, serve_fleet
 
     prompts, outputs = plan_in
     plan = plan_fleet(prompts, n, outputs=outputs)
@@ -158,7 +158,7 @@ def _serve_with_speeds(delays: list[float], workers: int) -> tuple[list[int], li
     requests each replica was planned and the requests each served."""
     import asyncio
 
-    from resources.openai_fleet import Replica, plan_caps, serve_fleet
+    from resources.openai.fleet import Replica, plan_caps, serve_fleet
 
     prompts = [f"Rate it. {chr(97 + g) * 80} | {k}" for g in range(10) for k in range(4)]
     plan = plan_fleet(prompts, len(delays))

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from llm_assets.output_spec import OutputSpec
 from resources.engine import Request
-from resources.openai_engine import SERVER_STYLES, OpenAIEngine
+from resources.openai.engine import SERVER_STYLES, OpenAIEngine
 
 SECRET = "sk-test-DO-NOT-LEAK-7f3a9c"
 
@@ -313,7 +313,7 @@ def test_missing_cached_tokens_are_unknown_and_warn_once(caplog: pytest.LogCaptu
     def script(seen: list[Seen], req: Seen) -> Answer:
         return Answer(body=completion(cached=None))
 
-    caplog.set_level(logging.WARNING, logger="resources.openai_engine")
+    caplog.set_level(logging.WARNING, logger="resources.openai.engine")
     with scripted_server(script) as (url, _):
         engine = fast_engine(url)
         result = engine.run("q", reqs(5))

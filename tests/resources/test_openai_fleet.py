@@ -16,7 +16,7 @@ import pytest
 
 from benchmarks.lib.prom import scrape
 from resources.engine import Request
-from resources.openai_engine import OpenAIEngine
+from resources.openai.engine import OpenAIEngine
 from resources.response_cache import ResponseCache
 from resources.runner import run_requests
 from resources.sim.engine import SimulatedEngine

@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks.lib.hostile import Drip, Endless, HostileServer, Reply, Silent, completion_body
 from resources.engine import Request
-from resources.openai_engine import OpenAIEngine
+from resources.openai.engine import OpenAIEngine
 from resources.runner import TooManyErrors, raise_if_too_many_errors, run_requests
 
 KEY = "sk-Live-0123456789abcdefXYZ"

@@ -1,4 +1,4 @@
-"""The lean HTTP/1.1 path (`resources.openai_lean`, plain-http completions over the worker's
+"""The lean HTTP/1.1 path (`resources.openai.lean`, plain-http completions over the worker's
 own stream) against httpx on the same odd-but-legal and broken replies: the same requests are
 answered and the same ones fail. A raw socket server writes each reply byte for byte."""
 
@@ -16,7 +16,7 @@ import pytest
 from benchmarks.client_throughput import client_path
 from benchmarks.lib.hostile import completion_body
 from resources.engine import Request
-from resources.openai_engine import OpenAIEngine
+from resources.openai.engine import OpenAIEngine
 
 BODY = json.dumps(completion_body("ok")).encode()
 

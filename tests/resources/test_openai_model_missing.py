@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks.lib.hostile import HostileServer, Reply, completion_body
 from resources.engine import Request
-from resources.openai_engine import OpenAIEngine
+from resources.openai.engine import OpenAIEngine
 from resources.runner import TooManyErrors, raise_if_too_many_errors, run_requests
 
 WORDINGS = {

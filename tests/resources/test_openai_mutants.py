@@ -12,9 +12,9 @@ import pytest
 from benchmarks.lib.hostile import HostileServer, Reply, completion_body
 from llm_assets.output_spec import OutputSpec
 from resources.engine import Request
-from resources.openai_engine import OpenAIEngine
-from resources.openai_lean import BadRequest, Target, request_bytes
-from resources.openai_wire import (
+from resources.openai.engine import OpenAIEngine
+from resources.openai.lean import BadRequest, Target, request_bytes
+from resources.openai.wire import (
     MalformedReply,
     completion_from_reply,
     split_url_credentials,
@@ -69,7 +69,7 @@ def test_the_retry_log_counts_attempts_from_one(caplog: pytest.LogCaptureFixture
             return Reply(503, {"error": {"message": "busy"}})
         return Reply(200, completion_body())
 
-    caplog.set_level(logging.INFO, logger="resources.openai_engine")
+    caplog.set_level(logging.INFO, logger="resources.openai.engine")
     with HostileServer(script) as srv:
         engine = OpenAIEngine(
             srv.url, "m", initial_backoff_s=0.01, max_backoff_s=0.05, seed=0, max_retries=2

@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from benchmarks.lib.hostile import HostileServer, Reply, completion_body
 from resources.engine import Request
-from resources.fleet_plan import plan_fleet, prefix_groups
-from resources.openai_engine import OpenAIEngine
-from resources.openai_fleet import Replica, part_lanes, plan_caps
-from resources.openai_wire import (
+from resources.openai.engine import OpenAIEngine
+from resources.openai.fleet import Replica, part_lanes, plan_caps
+from resources.openai.placement import plan_fleet, prefix_groups
+from resources.openai.wire import (
     MAX_TOKEN_COUNT,
     MalformedReply,
     Redactor,

@@ -11,7 +11,7 @@ import pytest
 from benchmarks.lib.hostile import HostileServer, Reply, completion_body
 from llm_assets.output_spec import OutputSpec
 from resources.engine import Request
-from resources.openai_engine import OpenAIEngine
+from resources.openai.engine import OpenAIEngine
 from resources.response_cache import ResponseCache
 from resources.runner import run_requests
 

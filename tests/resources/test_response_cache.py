@@ -47,7 +47,7 @@ def test_request_key_is_stable_and_covers_engine_model_sampling_and_prompt() -> 
 
 
 def test_engine_key_of_an_engine() -> None:
-    from resources.openai_engine import OpenAIEngine
+    from resources.openai.engine import OpenAIEngine
 
     engine = OpenAIEngine("http://127.0.0.1:9/v1", "m", temperature=0.3)
     assert EngineKey.of(engine) == EngineKey("openai", "m", 0.3, "unknown;completions")  # no server

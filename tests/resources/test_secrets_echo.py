@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from resources.engine import Request
-from resources.openai_engine import OpenAIEngine
+from resources.openai.engine import OpenAIEngine
 from resources.runner import run_requests
 
 

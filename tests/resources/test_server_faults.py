@@ -14,7 +14,7 @@ import pytest
 
 from llm_assets.output_spec import OutputSpec
 from resources.engine import EngineWrapper, LLMEngine, Request, RunResult
-from resources.openai_engine import OpenAIEngine
+from resources.openai.engine import OpenAIEngine
 from resources.sim.engine import SimulatedEngine
 from resources.sim.server import FaultConfig, FaultInjector, ServerConfig, SimServer
 from tests.conftest import terminate_cleanly

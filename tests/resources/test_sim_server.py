@@ -18,7 +18,7 @@ import pytest
 
 from llm_assets.output_spec import OutputSpec
 from resources.engine import EngineWrapper, LLMEngine, Request, Response, RunResult, RunStats
-from resources.openai_engine import OpenAIEngine
+from resources.openai.engine import OpenAIEngine
 from resources.sim.engine import SimulatedEngine
 from resources.sim.server import (
     ApiError,

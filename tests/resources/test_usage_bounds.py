@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from benchmarks.lib.hostile import HostileServer, Reply, completion_body
 from resources.engine import Request
-from resources.openai_engine import OpenAIEngine
-from resources.openai_wire import (
+from resources.openai.engine import OpenAIEngine
+from resources.openai.wire import (
     TEMPLATE_TOKENS,
     Completion,
     MalformedReply,

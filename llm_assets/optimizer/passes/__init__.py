@@ -15,7 +15,7 @@ by `optimize`. A caller can list the rules, drop one or add its own:
 3
 
 The filter pushdown and the order of several LLM filters act on the whole query before any
-stage has rows (`query_sql.pre_llm_sql`, `planning.order_llm_filters`); these rules start
+stage has rows (`query.render.pre_llm_sql`, `planning.order_llm_filters`); these rules start
 from the rows that reach one stage. Each pass's module docstring is its spec (doctested);
 `tests/fixtures/optimizer/` holds a golden plan per pass.
 """

@@ -11,7 +11,7 @@ from llm_assets import llm_query_assets
 from llm_assets.data.tables import load_table
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.run import run_query
-from llm_assets.sql import compile_sql
+from llm_assets.sql.compiler import compile_sql
 from resources.sim.engine import SimulatedEngine
 
 SQL = (

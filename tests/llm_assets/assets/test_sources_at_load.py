@@ -154,7 +154,7 @@ def test_a_duckdb_error_the_check_does_not_foresee_is_one_line_from_run_query(
     from llm_assets.pipeline import typecheck
     from llm_assets.pipeline.options import QueryOptions
     from llm_assets.pipeline.run import run_query
-    from llm_assets.sql import compile_sql
+    from llm_assets.sql.compiler import compile_sql
 
     monkeypatch.setattr(typecheck, "check_predicates", lambda query, tables: None)
     reviews = load_table(write_reviews(tmp_path / "reviews.tsv", RATINGS["slash"]))

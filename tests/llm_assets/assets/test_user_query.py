@@ -142,7 +142,7 @@ def test_prompts_carry_the_cells_as_written(reviews, home):
     from llm_assets.data.tables import load_table
     from llm_assets.pipeline.options import QueryOptions
     from llm_assets.pipeline.run import run_query
-    from llm_assets.sql import compile_sql
+    from llm_assets.sql.compiler import compile_sql
     from resources.sim.engine import SimulatedEngine
 
     sql = "SELECT LLM('Row: {id} {fresh} {review}', r.id, r.fresh, r.review) FROM reviews r"

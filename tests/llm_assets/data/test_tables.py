@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from llm_assets.data.tables import InputError, load_table, predicate_types
-from llm_assets.sql_ast import duckdb_fold
+from llm_assets.sql.syntax import duckdb_fold
 
 SETTINGS = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

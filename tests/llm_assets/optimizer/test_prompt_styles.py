@@ -17,7 +17,7 @@ from llm_assets.optimizer.table import encode
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.plan import first_prompt, plan_stage
 from llm_assets.pipeline.run import run_query
-from llm_assets.sql import compile_sql
+from llm_assets.sql.compiler import compile_sql
 from resources.sim.engine import SimulatedEngine
 
 TEMPLATE = "Given the movie genre {genre} and synopsis {synopsis}, is it for kids?"

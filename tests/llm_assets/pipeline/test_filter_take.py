@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llm_assets.pipeline import filtering
-from llm_assets.sql import compile_sql
+from llm_assets.sql.compiler import compile_sql
 
 TEXT = st.one_of(
     st.none(),

@@ -22,7 +22,7 @@ from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.plan import plan_stage
 from llm_assets.pipeline.rows import stage_input
 from llm_assets.pipeline.run import prepare, run_query
-from llm_assets.sql import compile_sql
+from llm_assets.sql.compiler import compile_sql
 from resources.engine import Request
 from resources.llm_resources import LLMEngineResource, ResponseCacheResource
 from resources.sim.engine import SimulatedEngine

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from llm_assets.data.tables import load_table
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.run import run_query
-from llm_assets.sql import SQLError, compile_sql
+from llm_assets.sql.compiler import SQLError, compile_sql
 from resources.sim.engine import SimulatedEngine
 
 SQL = (

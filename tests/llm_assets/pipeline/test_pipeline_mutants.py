@@ -11,7 +11,7 @@ from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.predict import plan_query
 from llm_assets.pipeline.run import run_query
 from llm_assets.pipeline.sources import read_duckdb_table
-from llm_assets.sql import compile_sql
+from llm_assets.sql.compiler import compile_sql
 from tests.llm_assets.answering import AnsweringEngine
 
 TWO = (

@@ -103,7 +103,7 @@ def test_windows_are_one_per_stretch_and_never_overlap(case):
 
 
 def test_plan_says_which_stage_it_priced_from_windows():
-    from llm_assets.cli_reports import sampled_lines
+    from llm_assets.cli.reports import sampled_lines
 
     sample = PriceSample(196_608, 692_838, 24, 245_760, {"cached_tokens": 0.0005, "x": 0.0})
     sample.relative_se["engine_time_s"] = 0.0007

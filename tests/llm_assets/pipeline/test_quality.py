@@ -31,7 +31,7 @@ from llm_assets.pipeline.quality import (
 )
 from llm_assets.pipeline.rows import INPUT, ROW
 from llm_assets.pipeline.run import run_query
-from llm_assets.sql import compile_sql
+from llm_assets.sql.compiler import compile_sql
 from tests.llm_assets.answering import AnsweringEngine
 
 # ---- parse rate ---------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import pytest
 
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.run import run_query
-from llm_assets.sql import compile_sql
+from llm_assets.sql.compiler import compile_sql
 from resources.runner import TooManyErrors
 from tests.llm_assets.assets.test_checks import FailingEngine
 

@@ -8,7 +8,7 @@ import pytest
 
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.run import run_query
-from llm_assets.sql import compile_sql
+from llm_assets.sql.compiler import compile_sql
 from resources.sim.engine import SimulatedEngine
 
 SQL = (

@@ -155,7 +155,7 @@ def test_send_stage_reports_a_failing_stage_before_its_error_guard_stops_it():
     from llm_assets.output_spec import OutputSpec
     from llm_assets.pipeline.options import QueryOptions
     from llm_assets.pipeline.send import send_stage
-    from llm_assets.query_parts import LLMCall
+    from llm_assets.query.parts import LLMCall
     from resources.engine import EngineWrapper, RunResult
     from resources.runner import TooManyErrors
     from resources.sim.engine import SimulatedEngine

@@ -12,7 +12,7 @@ import pytest
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.run import run_query
 from llm_assets.pipeline.typecheck import PredicateTypeError, check_predicates
-from llm_assets.sql import compile_sql
+from llm_assets.sql.compiler import compile_sql
 from resources.sim.engine import SimulatedEngine
 
 SQL = "SELECT r.id, LLM('Positive? {review}', r.review) AS s FROM reviews r WHERE r.rating >= 2"

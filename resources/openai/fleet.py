@@ -1,6 +1,6 @@
 """Serving a fleet plan: per-replica lanes, work stealing at the tail, failover.
 
-`serve_fleet(replicas, serve, workers, stopped)` runs a `resources.fleet_plan.FleetPlan`
+`serve_fleet(replicas, serve, workers, stopped)` runs a `resources.openai.placement.FleetPlan`
 whose queues have been put on `replicas` (a single URL, a router, is a fleet of one).
 Invariants:
 
@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from resources.fleet_plan import Part
+from resources.openai.placement import Part
 
 __all__ = ["Lane", "Replica", "part_lanes", "serve_fleet"]
 

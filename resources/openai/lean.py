@@ -5,7 +5,7 @@ httpx costs about 1 ms of client CPU per request (its client, httpcore's pool an
 wrappers around each read and write); one asyncio stream per worker and replica costs about
 a tenth of that (benchmarks/client_throughput.py). So a plain-http completion (no proxy, no
 auth on the client: what a fleet of local replicas is; `lean_target`) goes over this path
-(`resources.openai_attempt._post_lean` sends it and maps its failures): the request httpx
+(`resources.openai.attempt._post_lean` sends it and maps its failures): the request httpx
 would send (same JSON body and headers, without Accept-Encoding; a gzip or deflate reply is
 still decoded; `request_bytes`), a reply read in full (Content-Length, chunked, or until the
 server closes; `read_reply`) within the caller's hard timeout and `max_reply_bytes`, and the

@@ -1,29 +1,29 @@
 """The LLM query model: sources, an inner equi-join, non-LLM predicates, LLM stages, post-ops.
 
 An `LLMQuery` is pure data (frozen dataclasses, no Dagster, no I/O) that the asset layer runs
-stage by stage (DESIGN.md sections 1 and 4, "Filter pushdown"); `llm_assets.query_sql`
+stage by stage (DESIGN.md sections 1 and 4, "Filter pushdown"); `llm_assets.query.render`
 renders its SQL. Its parts (`Source`, `Join`, `Predicate`, `LLMCall`, `Retrieval`,
-`LLMFilter`, `Aggregate`) live in `llm_assets.query_parts`, each checking itself; this module
+`LLMFilter`, `Aggregate`) live in `llm_assets.query.parts`, each checking itself; this module
 puts them together and checks how they fit (`LLMQuery`'s invariants).
 
 The stages, in order:
 
-1. **pre-LLM relation** (`query_sql.pre_llm_sql`): the join of the sources in DuckDB,
+1. **pre-LLM relation** (`query.render.pre_llm_sql`): the join of the sources in DuckDB,
    selecting every base column a later stage reads (`columns_needed`) under an unambiguous
    output name (`output_names`); with `pushdown=True` every non-LLM predicate runs here, in WHERE.
 2. **retrievals**: each `Retrieval` adds a column holding the k nearest values of its corpus
-   column (`query_sql.corpus_sql`) to the row's query column.
+   column (`query.render.corpus_sql`) to the row's query column.
 3. **LLM calls**, in the order of `llm_calls`; every `LLMFilter` on a call applies right after
    that call, before any later call runs (so later calls see only the rows that passed).
-4. **post-LLM predicates** (`query_sql.post_llm_predicates`): with `pushdown=False` the
+4. **post-LLM predicates** (`query.render.post_llm_predicates`): with `pushdown=False` the
    non-LLM predicates run here instead, as SQL over the output names. Predicates and LLM
    filters are a conjunction, so the final rows are the same either way; only the number of
    LLM calls differs.
-5. **answer**, last, in DuckDB over the rows the WHERE keeps (`query_sql.answer_select`),
+5. **answer**, last, in DuckDB over the rows the WHERE keeps (`query.render.answer_select`),
    each LLM call's answers a column, NULL where the row was skipped (a null LLM input) or
    failed: the `projection` (with its SELECT aliases and `*`), or the `aggregate` (without
    GROUP BY one row), then the `shape`'s DISTINCT, ORDER BY, OFFSET and LIMIT
-   (`llm_assets.query_answer`). A LIMIT without an ORDER BY on LLM outputs is pushed down: the
+   (`llm_assets.query.answer`). A LIMIT without an ORDER BY on LLM outputs is pushed down: the
    LLM calls after the last LLM filter are sent only the rows the LIMIT keeps
    (`limit_pushdown`).
 
@@ -50,8 +50,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llm_assets.query_answer import Shape, star_alias
-from llm_assets.query_parts import (
+from llm_assets.query.answer import Shape, star_alias
+from llm_assets.query.parts import (
     Aggregate,
     Join,
     LLMCall,
@@ -64,7 +64,7 @@ from llm_assets.query_parts import (
 )
 
 SOURCE_ROW = "_src_row"
-"""The row-number column a caller adds to each source relation (see `query_sql.pre_llm_sql`)."""
+"""The row-number column a caller adds to each source relation (see `query.render.pre_llm_sql`)."""
 NAME_SEPARATOR = "__"
 """Joins alias and column in an output name when the bare column name is ambiguous (`m__title`)."""
 
@@ -343,7 +343,7 @@ class LLMQuery:
         """Every qualified base column a stage reads per row (each once, in order of first
         mention: projection, group-by, retrieval queries, top-k blocking columns, LLM fields,
         predicates, ORDER BY keys). Retrieval corpus columns are not per-row inputs: read them with
-        `query_sql.corpus_sql`."""
+        `query.render.corpus_sql`."""
         return tuple(dict.fromkeys(self._base_columns()))
 
     def stage_outputs(self) -> tuple[str, ...]:

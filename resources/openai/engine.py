@@ -2,7 +2,7 @@
 sim's server) as an `LLMEngine`.
 
 `OpenAIEngine.run` is a plain synchronous call that drives an asyncio loop of
-`max_concurrency` workers over one `httpx.AsyncClient` (`resources.openai_run.serve_run`);
+`max_concurrency` workers over one `httpx.AsyncClient` (`resources.openai.run.serve_run`);
 this module holds the engine's settings, secrets and HTTP plumbing. Invariants:
 
 - one `Response` per `Request`, in request order; every request ends answered or with an
@@ -13,7 +13,7 @@ this module holds the engine's settings, secrets and HTTP plumbing. Invariants:
   attempt is cancelled, not waited for read by read); a reply body over `max_reply_bytes` is
   cut off. So one request costs at most `min(request_deadline_s, (max_retries + 1) x
   (timeout_s + max_backoff_s))`;
-- every HTTP 200 is validated (`resources.openai_wire.completion_from_reply`); a malformed one
+- every HTTP 200 is validated (`resources.openai.wire.completion_from_reply`); a malformed one
   is retried like a 5xx and, if it stays malformed, becomes an error row for that request only,
   naming the request id; the run's other answers are returned as usual;
 - retried: connection errors, timeouts, 408/409/429, 5xx, malformed 200s, with exponential
@@ -22,7 +22,7 @@ this module holds the engine's settings, secrets and HTTP plumbing. Invariants:
   `Retry-After` above the cap is logged and named in the request's error if it fails;
   other 4xx are final at once;
 - fail fast: the first 401/403 (on `GET /models` before anything is sent, or on a completion),
-  or a 404 saying the model does not exist (`openai_attempt.model_missing`), stops the run:
+  or a 404 saying the model does not exist (`openai.attempt.model_missing`), stops the run:
   no further request is sent, requests in flight are cancelled, and every unanswered request
   gets an error naming the one-line reason; `RunResult.stopped` carries it. Likewise after
   `breaker_failures` consecutive connection failures or timeouts at a server (a circuit
@@ -31,9 +31,9 @@ this module holds the engine's settings, secrets and HTTP plumbing. Invariants:
   stops after about `ceil(breaker_failures / max_concurrency)` rounds of `timeout_s` (plus
   backoffs);
 - replicas: `base_url` may list several servers (comma-separated, or `base_urls`); the
-  run is planned over them by `resources.fleet_plan` (routing `affinity`: each prefix group
+  run is planned over them by `resources.openai.placement` (routing `affinity`: each prefix group
   on one replica, replicas balanced by token mass; `round_robin`: request i to replica
-  i mod N) and served by `resources.openai_fleet`: each replica has `max_concurrency` lanes,
+  i mod N) and served by `resources.openai.fleet`: each replica has `max_concurrency` lanes,
   an idle replica steals whole unstarted groups from the back of the busiest queue, and a
   replica given up (its circuit breaker, or `breaker_failures` requests in a row failing
   with a retryable error) has its unfinished requests moved to the others; the run stops
@@ -74,12 +74,12 @@ from typing import Any
 
 import httpx
 
+from resources.configs import OpenAIEngineConfig
 from resources.engine import LLMEngine, Request, RunResult, RunStats
-from resources.engine_config import OpenAIEngineConfig
-from resources.fleet_plan import GROUP_MIN_CHARS, FleetPlan, plan_fleet
-from resources.openai_probe import ServerInfo, probe_server
-from resources.openai_run import serve_run
-from resources.openai_wire import (
+from resources.openai.placement import GROUP_MIN_CHARS, FleetPlan, plan_fleet
+from resources.openai.probe import ServerInfo, probe_server
+from resources.openai.run import serve_run
+from resources.openai.wire import (
     NO_CACHED_TOKENS_ADVICE,
     SERVER_STYLES,
     Redactor,
@@ -357,7 +357,7 @@ class OpenAIEngine(LLMEngine):
         return RunResult(responses=responses, stats=stats, stopped=stopped)
 
     def plan(self, relquery_id: str, requests: list[Request]) -> FleetPlan:
-        """Which replica serves which requests (`resources.fleet_plan`); a router or a
+        """Which replica serves which requests (`resources.openai.placement`); a router or a
         single server is a fleet of one. Groups continuing an earlier chunk of the same
         relQuery go back to the replica that served their start."""
         tails = self._tails[1] if self._tails[0] == relquery_id else []

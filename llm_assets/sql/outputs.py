@@ -1,5 +1,6 @@
 """What an LLM call of LLM-SQL answers: the output spec its place implies, its explicit
-`output => '...'` and `max_tokens => n` options, and the generation limit (see `llm_assets.sql`).
+`output => '...'` and `max_tokens => n` options, and the generation limit (see
+`llm_assets.sql.compiler`).
 
 Implied specs: a filter `LLM(...) = 'x'` answers a choice of x and its opposite
 (`choice_for`); a call under AVG/SUM/MIN/MAX a number, its range read from the template

@@ -1,9 +1,9 @@
 """One run of `OpenAIEngine` over its replicas, inside the event loop `OpenAIEngine.run`
-drives (`serve_run`); see `resources.openai_engine` for the invariants.
+drives (`serve_run`); see `resources.openai.engine` for the invariants.
 
 The run is planned over the replicas (`OpenAIEngine.plan`), each replica's lanes capped
-(`resources.openai_fleet.plan_caps`) and served by `resources.openai_fleet.serve_fleet`, one
-`resources.openai_request.serve_request` per request over one httpx client per worker task.
+(`resources.openai.fleet.plan_caps`) and served by `resources.openai.fleet.serve_fleet`, one
+`resources.openai.request.serve_request` per request over one httpx client per worker task.
 A request failing with a retryable error is tried at a live replica it has not failed at; a
 replica given up hands its unfinished requests to the live ones. The result holds one
 `Response` per request, in request order: a request never answered gets an error saying
@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING
 import httpx
 
 from resources.engine import Request, Response
-from resources.openai_fleet import LANES_PER_WORKER, Replica, plan_caps, serve_fleet
-from resources.openai_probe import ServerInfo
-from resources.openai_request import RunState, failed_response, serve_request
+from resources.openai.fleet import LANES_PER_WORKER, Replica, plan_caps, serve_fleet
+from resources.openai.probe import ServerInfo
+from resources.openai.request import RunState, failed_response, serve_request
 
 if TYPE_CHECKING:
-    from resources.openai_engine import OpenAIEngine
+    from resources.openai.engine import OpenAIEngine
 
 __all__ = ["serve_run"]
 
-log = logging.getLogger("resources.openai_engine")
+log = logging.getLogger("resources.openai.engine")
 
 
 async def serve_run(

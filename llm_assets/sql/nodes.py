@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from llm_assets.sql_ast import check_name
+from llm_assets.sql.syntax import check_name
 
 DEFAULT_K = 3
 """`similarity_search` k when not given."""

@@ -1,12 +1,12 @@
 """The clauses of LLM-SQL that run after the LLM calls, compiled into the query's `Shape`
-(`llm_assets.query_answer`): SELECT aliases, DISTINCT, ORDER BY, LIMIT and OFFSET
-(`llm_assets.sql` documents the language; `sql_clauses.Compiler` the other clauses).
+(`llm_assets.query.answer`): SELECT aliases, DISTINCT, ORDER BY, LIMIT and OFFSET
+(`llm_assets.sql.compiler` documents the language; `sql.clauses.Compiler` the other clauses).
 
 An ORDER BY key is a column (`r.year`), a SELECT alias (of a column, an LLM call or an
 aggregate), a position (`ORDER BY 2`) or a DuckDB expression over those
 (`TRY_CAST(stars AS DOUBLE) DESC`), with ASC/DESC and NULLS FIRST/LAST.
 
->>> from llm_assets.sql import compile_sql
+>>> from llm_assets.sql.compiler import compile_sql
 >>> q = compile_sql("SELECT m.id AS movie, LLM('Stars for {plot}', m.plot) AS stars FROM movies m "
 ...                 "ORDER BY TRY_CAST(stars AS DOUBLE) DESC, movie LIMIT 3 OFFSET 1")
 >>> [k.sql for k in q.shape.order_by], q.shape.labels, q.shape.limit, q.shape.offset
@@ -19,11 +19,11 @@ from collections.abc import Sequence
 
 from sqlglot import exp
 
-from llm_assets.query_answer import OrderKey, Shape, star_alias
-from llm_assets.query_parts import Aggregate
-from llm_assets.sql_ast import column_node, render
-from llm_assets.sql_clauses import Compiler
-from llm_assets.sql_nodes import SQLError, has_llm, show
+from llm_assets.query.answer import OrderKey, Shape, star_alias
+from llm_assets.query.parts import Aggregate
+from llm_assets.sql.clauses import Compiler
+from llm_assets.sql.nodes import SQLError, has_llm, show
+from llm_assets.sql.syntax import column_node, render
 
 REFUSED = {
     "with_": "WITH is not supported; write one SELECT over the tables",

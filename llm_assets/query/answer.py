@@ -1,6 +1,6 @@
 """What runs after the LLM calls and shapes the query's answer, as parts of the query model
-(`llm_assets.query.LLMQuery.shape`): a SELECT alias per projected column, `SELECT *`,
-DISTINCT, ORDER BY, LIMIT and OFFSET. `query_sql.answer_select` renders them as one DuckDB
+(`llm_assets.query.model.LLMQuery.shape`): a SELECT alias per projected column, `SELECT *`,
+DISTINCT, ORDER BY, LIMIT and OFFSET. `query.render.answer_select` renders them as one DuckDB
 SELECT over the rows the WHERE keeps, with each LLM call's answers as a column (NULL where the
 row was skipped or failed), so the relational part of a query is DuckDB's.
 
@@ -11,7 +11,7 @@ ORDER BY keys are DuckDB expressions over qualified base columns (`"r"."year"`) 
 names (an LLM call or aggregate alias, as an unqualified column: `"stars"`); `OrderKey.render`
 swaps both for what sorts them in the relation the key runs over.
 
->>> from llm_assets.sql_ast import column_node
+>>> from llm_assets.sql.syntax import column_node
 >>> key = OrderKey('TRY_CAST("r"."rating" AS DOUBLE)', ("r.rating",), (), descending=True)
 >>> key.render({"r.rating": column_node(None, "rating")})
 'TRY_CAST("rating" AS DOUBLE) DESC'
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from llm_assets.query_parts import split_column
-from llm_assets.sql_ast import check_name, output_problem, parse_condition, render
+from llm_assets.query.parts import split_column
+from llm_assets.sql.syntax import check_name, output_problem, parse_condition, render
 
 STAR = "*"
 """A projection item standing for every column of every source (`r.*`: of source `r`)."""

@@ -74,7 +74,7 @@ def load_inputs(sql: str, tables: dict[str, str], name: str, label: str | None =
     """The compiled query and its tables, read by the one loader (one-line errors); a `label`
     column none of them has is refused (`check_label`)."""
     from llm_assets.data.tables import load_table
-    from llm_assets.sql import compile_sql
+    from llm_assets.sql.compiler import compile_sql
 
     try:
         query = compile_sql(sql, name=name)

@@ -2,7 +2,7 @@
 
 This module parses the statement, rejects what lies outside the language at its top level
 (`compile_sql`) and checks the columns against the tables (`check_columns`); the clauses are
-compiled by `llm_assets.sql_clauses`.
+compiled by `llm_assets.sql.clauses`.
 
 The supported language is one SELECT (DuckDB dialect, parsed with sqlglot):
 
@@ -16,7 +16,7 @@ The supported language is one SELECT (DuckDB dialect, parsed with sqlglot):
   aggregates read every row the WHERE keeps: a row skipped (a null LLM input) or failed
   contributes NULL to the LLM aggregate, which ignores it as SQL does, and `COUNT(*)` counts
   it; AVG/SUM/MIN/MAX read each answer as a number;
-- DISTINCT, ORDER BY, LIMIT and OFFSET run in DuckDB over the answer (`llm_assets.sql_shape`);
+- DISTINCT, ORDER BY, LIMIT and OFFSET run in DuckDB over the answer (`llm_assets.sql.shape`);
   a LIMIT without an ORDER BY on an LLM output is pushed below the LLM calls of SELECT
   (`LLMQuery.limit_pushdown`); LLM filters in WHERE see every row the other conjuncts keep;
 - `LLM('template', arg, ...)`: the template is a string literal whose `{placeholders}` are the
@@ -43,7 +43,7 @@ alias when it has one, else `llm_<stage number>` (1-based); an aggregate without
 >>> q.projection, q.aggregate.group_by, [i.show() for i in q.aggregate.items]
 (('n', 'stars'), (), ['COUNT(*)', 'AVG(llm_1)'])
 
-Output specs and generation limits (`llm_assets.sql_outputs`):
+Output specs and generation limits (`llm_assets.sql.outputs`):
 - a filtered call answers `OutputSpec.choice([literal, other])`: other is the opposite of
   Yes/No, True/False, Positive/Negative (case kept as written), else `"Other"`;
   `max_tokens` is `MAX_TOKENS_CHOICE_SHORT` (2) when every choice has <= 4 characters, else
@@ -84,7 +84,7 @@ follows the output as above (`default_max_tokens`).
 ...     print(str(exc).split(" in WHERE")[0])
 explicit output => 'number(0,5)' conflicts with the choice(Yes,No) implied by LLM(...) = 'Yes'
 
-Identifiers are restricted to what a name can be (`llm_assets.sql_ast`): table names and
+Identifiers are restricted to what a name can be (`llm_assets.sql.syntax`): table names and
 aliases `[A-Za-z_][A-Za-z0-9_]*` (tables optionally schema-qualified), column names printable
 text without `"`, `;` or backslash, at most 128 characters; the model renders every SQL string
 from the sqlglot tree with quoted identifiers.
@@ -109,11 +109,11 @@ from collections.abc import Mapping, Sequence
 import sqlglot
 from sqlglot import exp
 
-from llm_assets.query import LLMQuery
-from llm_assets.sql_ast import case_twin, parse_error
-from llm_assets.sql_clauses import Compiler
-from llm_assets.sql_nodes import SQLError, show
-from llm_assets.sql_shape import REFUSED, compile_shape
+from llm_assets.query.model import LLMQuery
+from llm_assets.sql.clauses import Compiler
+from llm_assets.sql.nodes import SQLError, show
+from llm_assets.sql.shape import REFUSED, compile_shape
+from llm_assets.sql.syntax import case_twin, parse_error
 
 SUPPORTED_CLAUSES = (
     "expressions", "from_", "joins", "where", "group", "order", "limit", "offset", "distinct"
@@ -154,7 +154,7 @@ def _statement(sql: str) -> exp.Select:
 
 def check_columns(query: LLMQuery, tables: Mapping[str, Sequence[str]]) -> None:
     """Raise `SQLError` naming the first column the query reads that its table lacks, or that
-    its table holds twice as DuckDB sees names (`review` and `Review`: `sql_ast.case_twin`)."""
+    its table holds twice as DuckDB sees names (`review` and `Review`: `sql.syntax.case_twin`)."""
     by_alias = {s.alias: s.table for s in query.sources}
     used = list(query.columns_needed()) + [r.corpus_column for r in query.retrievals]
     for j in query.joins:

@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from resources.openai_wire import error_message
+from resources.openai.wire import error_message
 
 __all__ = ["ServerInfo", "probe_server"]
 

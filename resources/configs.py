@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from resources.openai_wire import SERVER_STYLES, STYLE_ALIASES
+from resources.openai.wire import SERVER_STYLES, STYLE_ALIASES
 
 __all__ = [
     "EngineConfig",

@@ -2,10 +2,10 @@
 
 `serve_request` always returns a `Response` (answered, or with `error` naming the attempts,
 the deadline when it ran out, and the last failure) and whether its last failure was one
-another attempt could have cured; see `resources.openai_engine` for the invariants. Failures
-are counted per replica (`resources.openai_fleet.Replica`): the circuit breaker gives up a
+another attempt could have cured; see `resources.openai.engine` for the invariants. Failures
+are counted per replica (`resources.openai.fleet.Replica`): the circuit breaker gives up a
 replica, and the run stops when no replica is left (`RunState.give_up`). One attempt is
-`resources.openai_attempt.post_once`, run inside a hard `asyncio.timeout`.
+`resources.openai.attempt.post_once`, run inside a hard `asyncio.timeout`.
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING
 import httpx
 
 from resources.engine import Request, Response
-from resources.openai_attempt import RequestFailed, post_once
-from resources.openai_fleet import Replica
+from resources.openai.attempt import RequestFailed, post_once
+from resources.openai.fleet import Replica
 
 if TYPE_CHECKING:
-    from resources.openai_engine import OpenAIEngine
+    from resources.openai.engine import OpenAIEngine
 
 __all__ = ["RunState", "failed_response", "serve_request"]
 
-log = logging.getLogger("resources.openai_engine")
+log = logging.getLogger("resources.openai.engine")
 
 
 @dataclass

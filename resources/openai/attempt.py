@@ -3,12 +3,12 @@ most `max_reply_bytes`) is read inside the caller's hard `asyncio.timeout`, then
 (`post_once`).
 
 A plain-http attempt goes over the worker's own HTTP/1.1 connection (the lean path,
-`resources.openai_lean`, about 8x less client CPU than httpx), https, client auth and proxies
+`resources.openai.lean`, about 8x less client CPU than httpx), https, client auth and proxies
 through httpx; both map their failures alike to `RequestFailed`: no HTTP reply (refused,
 reset, closed, malformed, timed out) is a retryable `connection error` that counts toward the
 circuit breaker (`dead`), a body over the cap is retryable. A kept lean connection the server
 closed while idle is replaced once, without counting a failure. An HTTP 200 must hold a valid
-completion within the request's usage bounds (`usage_bounds`, `resources.openai_wire`), else
+completion within the request's usage bounds (`usage_bounds`, `resources.openai.wire`), else
 it is retried like a 5xx; 408/409/429 and 5xx are retryable, 401/403 stop the run, and so
 does a 404 saying the model does not exist (`model_missing`), other statuses are final.
 """
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from resources.openai_lean import (
+from resources.openai.lean import (
     BadReply,
     BadRequest,
     Conn,
@@ -34,7 +34,7 @@ from resources.openai_lean import (
     request_bytes,
     task_lane,
 )
-from resources.openai_wire import (
+from resources.openai.wire import (
     MalformedReply,
     UsageBounds,
     completion_from_reply,
@@ -43,7 +43,7 @@ from resources.openai_wire import (
 )
 
 if TYPE_CHECKING:
-    from resources.openai_engine import OpenAIEngine
+    from resources.openai.engine import OpenAIEngine
 
 __all__ = ["RequestFailed", "post_once", "usage_bounds"]
 
@@ -83,7 +83,7 @@ def model_missing(status: int, message: str, body: bytes) -> bool:
 
 def usage_bounds(body: dict[str, Any]) -> UsageBounds:
     """What the request in `body` can cost: its prompt (or every message's content) and the
-    `max_tokens` it sent (`resources.openai_wire.UsageBounds`)."""
+    `max_tokens` it sent (`resources.openai.wire.UsageBounds`)."""
     if isinstance(body.get("prompt"), str):
         text = body["prompt"]
     else:
@@ -178,7 +178,7 @@ async def _post_lean(
     headers: dict,
 ) -> tuple[int, str, str | None, bytes]:
     """The POST over the current task's connection to `target`: (status, reason,
-    Retry-After, body); see `resources.openai_lean`."""
+    Retry-After, body); see `resources.openai.lean`."""
     lane = task_lane()
     content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     try:

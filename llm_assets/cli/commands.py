@@ -3,8 +3,8 @@ table (one JSON object with `--json`); a bad input prints one `error: ...` line 
 exits with status 2 (no traceback).
 
 This module holds the commands, their switches and the engine and response cache built from
-them; the inputs are read and checked by `llm_assets.cli_inputs`, what is printed is shaped
-by `llm_assets.cli_reports`."""
+them; the inputs are read and checked by `llm_assets.cli.inputs`, what is printed is shaped
+by `llm_assets.cli.reports`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from llm_assets.cli_inputs import (
+from llm_assets.cli.inputs import (
     answer_path,
     check_out,
     fail,
@@ -26,7 +26,7 @@ from llm_assets.cli_inputs import (
     query_options,
     read_sql,
 )
-from llm_assets.cli_reports import (
+from llm_assets.cli.reports import (
     ProgressBar,
     pairs_report,
     plan_table,
@@ -416,7 +416,3 @@ def summary(tracking_uri: str | None) -> None:
                 for i, (cell, w) in enumerate(zip(row, widths, strict=True))
             )
         )
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Which replica of a fleet serves which requests: prefix groups kept whole, balanced by mass.
 
-Pure planning (no I/O); `resources.openai_engine` executes the plan. The input is a run's
+Pure planning (no I/O); `resources.openai.engine` executes the plan. The input is a run's
 prompts in plan order (after dedup and GGR), the output `FleetPlan.queues[r]`: the parts
 replica `r` serves, in plan order.
 

@@ -1,8 +1,8 @@
-"""The DuckDB SQL of an `LLMQuery` (`llm_assets.query` holds the model and its validation;
+"""The DuckDB SQL of an `LLMQuery` (`llm_assets.query.model` holds the model and its validation;
 this module only renders it). Every statement is built as a sqlglot tree, every identifier
 quoted; nothing here formats user text into SQL.
 
->>> from llm_assets.sql import compile_sql
+>>> from llm_assets.sql.compiler import compile_sql
 >>> q = compile_sql(
 ...     "SELECT m.title FROM reviews r JOIN movies m ON r.link = m.link "
 ...     "WHERE r.kind = 'Fresh' AND LLM('Kids? {info} {text}', m.info, r.text, "
@@ -28,10 +28,10 @@ from collections.abc import Mapping, Sequence
 
 from sqlglot import exp
 
-from llm_assets.query import SOURCE_ROW, LLMQuery
-from llm_assets.query_answer import star_alias
-from llm_assets.query_parts import Source, split_column
-from llm_assets.sql_ast import check_name, column_node, identifier, output_problem, render, table
+from llm_assets.query.answer import star_alias
+from llm_assets.query.model import SOURCE_ROW, LLMQuery
+from llm_assets.query.parts import Source, split_column
+from llm_assets.sql.syntax import check_name, column_node, identifier, output_problem, render, table
 
 __all__ = [
     "aggregate_select",
@@ -208,7 +208,7 @@ def answer_select(
     in `SOURCE_ROW`, its columns, the column of `relation` numbering its rows): a star's
     columns are read there, as the table has them.
 
-    >>> from llm_assets.sql import compile_sql
+    >>> from llm_assets.sql.compiler import compile_sql
     >>> q = compile_sql("SELECT m.id AS movie, LLM('Stars for {plot}', m.plot) AS stars "
     ...                 "FROM movies m ORDER BY stars DESC LIMIT 3")
     >>> print(render(answer_select(q, "_rows", "_row")))  # doctest: +NORMALIZE_WHITESPACE
@@ -272,7 +272,7 @@ def aggregate_sql(query: LLMQuery, relation: str) -> str:
     one row, also when `relation` is empty. Rendered from the sqlglot tree.
 
     >>> from llm_assets.output_spec import OutputSpec
-    >>> from llm_assets.query_parts import Aggregate, AggregateItem, LLMCall, Source
+    >>> from llm_assets.query.parts import Aggregate, AggregateItem, LLMCall, Source
     >>> q = LLMQuery(
     ...     name="q", sources=(Source("r", "reviews"),),
     ...     llm_calls=(LLMCall("llm_1", "Stars {review}", ("r.review",),

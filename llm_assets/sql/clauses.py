@@ -1,4 +1,4 @@
-"""The clause handlers of the LLM-SQL compiler (`llm_assets.sql` is the entry and documents
+"""The clause handlers of the LLM-SQL compiler (`llm_assets.sql.compiler` is the entry and documents
 the language): FROM and JOIN sources, WHERE predicates and LLM filters, SELECT columns, LLM
 calls and aggregates, GROUP BY, and each `LLM(...)` call with its `similarity_search`
 retrievals.
@@ -7,7 +7,7 @@ retrievals.
 SELECT) and the retrievals of one query while its clauses are compiled; every rejection is a
 `SQLError` naming the clause, its LLM calls shown as `LLM(...)` (`show`). Columns are read
 from the parsed tree and qualified as `alias.column` (`Compiler.qualify`); names are checked
-by `llm_assets.sql_ast` before they enter the model.
+by `llm_assets.sql.syntax` before they enter the model.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from sqlglot import exp
 
-from llm_assets.query_parts import (
+from llm_assets.query.parts import (
     Aggregate,
     AggregateItem,
     Join,
@@ -30,8 +30,7 @@ from llm_assets.query_parts import (
     TopK,
     placeholder_names,
 )
-from llm_assets.sql_ast import alias_problem, column_problem, output_problem, table_problem
-from llm_assets.sql_nodes import (
+from llm_assets.sql.nodes import (
     ACCEPTED_AGGREGATES,
     AGGREGATES,
     DEFAULT_K,
@@ -49,7 +48,8 @@ from llm_assets.sql_nodes import (
     similarity_in,
     star_item,
 )
-from llm_assets.sql_outputs import Implied, resolve, split_options
+from llm_assets.sql.outputs import Implied, resolve, split_options
+from llm_assets.sql.syntax import alias_problem, column_problem, output_problem, table_problem
 
 
 @dataclass

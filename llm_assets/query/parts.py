@@ -1,10 +1,10 @@
-"""The parts of an LLM query, each a frozen dataclass (`llm_assets.query` puts them together
+"""The parts of an LLM query, each a frozen dataclass (`llm_assets.query.model` puts them together
 in `LLMQuery` and checks how they fit): a `Source` table, an inner equi-`Join` condition, a
 non-LLM `Predicate`, an `LLMCall` stage, a `Retrieval`, a `SemanticJoin` (with its `TopK`
 blocking), an `LLMFilter` on a call's answer and the `Aggregate` of `AggregateItem`s.
 
 Each part checks itself at construction (ValueError naming the value and what is accepted):
-names follow `llm_assets.sql_ast`, columns are qualified `alias.column` (`split_column`), an
+names follow `llm_assets.sql.syntax`, columns are qualified `alias.column` (`split_column`), an
 LLM call's template names its fields by their bare names, qualified where two share one
 (`placeholder_names`), a predicate is one scalar expression re-rendered with quoted
 identifiers.
@@ -20,7 +20,7 @@ from sqlglot import exp
 
 from llm_assets.optimizer.prompts import parse
 from llm_assets.output_spec import OutputSpec
-from llm_assets.sql_ast import (
+from llm_assets.sql.syntax import (
     alias_problem,
     check_name,
     column_node,
@@ -39,7 +39,7 @@ AggregateFunction = Literal["AVG", "SUM", "COUNT", "MIN", "MAX"]
 
 def split_column(qualified: str) -> tuple[str, str]:
     """`"r.review_content"` -> `("r", "review_content")`; ValueError if not `alias.column`
-    with a valid alias and column name (`llm_assets.sql_ast`; the column may contain '.').
+    with a valid alias and column name (`llm_assets.sql.syntax`; the column may contain '.').
 
     >>> split_column("m.movie_info")
     ('m', 'movie_info')
@@ -235,7 +235,7 @@ class Retrieval:
     """How many nearest values to retrieve (> 0)."""
     corpus_column: str
     """Qualified column whose distinct values (over the whole source table, before any
-    predicate) form the corpus, e.g. `s.context`; see `query_sql.corpus_sql`."""
+    predicate) form the corpus, e.g. `s.context`; see `query.render.corpus_sql`."""
 
     def __post_init__(self) -> None:
         check_name("retrieval name", self.name, output_problem)
