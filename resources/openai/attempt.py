@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
@@ -34,6 +34,7 @@ from resources.openai.lean import (
     request_bytes,
     task_lane,
 )
+from resources.openai.settings import ClientSettings
 from resources.openai.wire import (
     MalformedReply,
     UsageBounds,
@@ -41,9 +42,6 @@ from resources.openai.wire import (
     error_message,
     retry_after_s,
 )
-
-if TYPE_CHECKING:
-    from resources.openai.engine import OpenAIEngine
 
 __all__ = ["RequestFailed", "post_once", "usage_bounds"]
 
@@ -92,7 +90,7 @@ def usage_bounds(body: dict[str, Any]) -> UsageBounds:
 
 
 async def post_once(
-    engine: OpenAIEngine,
+    settings: ClientSettings,
     client: httpx.AsyncClient,
     url: str,
     body: dict[str, Any],
@@ -104,35 +102,38 @@ async def post_once(
     (`_post_lean`), anything else through `client`."""
     target = lean_target(client, url)
     if target is None:
-        status, reason, retry_after, data = await _post_httpx(engine, client, url, body, headers)
+        status, reason, retry_after, data = await _post_httpx(settings, client, url, body, headers)
     else:
         status, reason, retry_after, data = await _post_lean(
-            engine, client, target, url, body, headers
+            settings, client, target, url, body, headers
         )
     if status == 200:
         try:
             parsed = json.loads(data)
         except ValueError:
-            shown = engine._redact(bytes(data[:120]).decode("utf-8", "replace"))
+            shown = settings.redact(bytes(data[:120]).decode("utf-8", "replace"))
             raise RequestFailed(
                 f"HTTP 200 with a body that is not JSON for request {request_id}: {shown!r}",
                 retryable=True,
             ) from None
         try:
             return completion_from_reply(
-                parsed, chat=engine.use_chat, request_id=request_id, bounds=usage_bounds(body)
+                parsed,
+                chat=settings.config.use_chat,
+                request_id=request_id,
+                bounds=usage_bounds(body),
             )
         except MalformedReply as exc:
             raise RequestFailed(
-                f"HTTP 200 with a malformed completion: {engine._redact(str(exc))}",
+                f"HTTP 200 with a malformed completion: {settings.redact(str(exc))}",
                 retryable=True,
             ) from None
-    message = engine._redact(error_message(bytes(data), reason))
+    message = settings.redact(error_message(bytes(data), reason))
     stop = None
     if status in STOP_STATUSES:
         stop = "check the API key; it is not shown"
     elif model_missing(status, message, bytes(data)):
-        stop = f"check the model name {engine.model!r}"
+        stop = f"check the model name {settings.config.model!r}"
     raise RequestFailed(
         f"HTTP {status}: {message}",
         retryable=status in RETRY_STATUSES or status >= 500,
@@ -142,7 +143,7 @@ async def post_once(
 
 
 async def _post_httpx(
-    engine: OpenAIEngine,
+    settings: ClientSettings,
     client: httpx.AsyncClient,
     url: str,
     body: dict[str, Any],
@@ -154,9 +155,9 @@ async def _post_httpx(
             data = bytearray()
             async for chunk in reply.aiter_bytes():
                 data += chunk
-                if len(data) > engine.max_reply_bytes:
+                if len(data) > settings.config.max_reply_bytes:
                     raise RequestFailed(
-                        f"reply body over max_reply_bytes={engine.max_reply_bytes}",
+                        f"reply body over max_reply_bytes={settings.config.max_reply_bytes}",
                         retryable=True,
                     )
             return reply.status_code, reply.reason_phrase, reply.headers.get("retry-after"), data
@@ -165,12 +166,12 @@ async def _post_httpx(
             f"timed out ({type(exc).__name__})", retryable=True, dead=True
         ) from None
     except httpx.HTTPError as exc:
-        message = engine._redact(f"{type(exc).__name__}: {exc}")
+        message = settings.redact(f"{type(exc).__name__}: {exc}")
         raise RequestFailed(f"connection error: {message}", retryable=True, dead=True) from None
 
 
 async def _post_lean(
-    engine: OpenAIEngine,
+    settings: ClientSettings,
     client: httpx.AsyncClient,
     target: Target,
     url: str,
@@ -203,7 +204,7 @@ async def _post_lean(
             except (ConnectionResetError, BrokenPipeError) as exc:
                 raise NoReply(f"{type(exc).__name__}: {exc}") from None
             status, reason, reply_headers, data, keep = await read_reply(
-                conn.reader, engine.max_reply_bytes
+                conn.reader, settings.config.max_reply_bytes
             )
         except NoReply as exc:
             conn.close()  # type: ignore[union-attr]
@@ -211,18 +212,18 @@ async def _post_lean(
             if reused:  # the server closed the kept connection while it idled: once more
                 reused = False
                 continue
-            message = engine._redact(str(exc))
+            message = settings.redact(str(exc))
             raise RequestFailed(f"connection error: {message}", retryable=True, dead=True) from None
         except TooLarge:
             conn.close()  # type: ignore[union-attr]
             raise RequestFailed(
-                f"reply body over max_reply_bytes={engine.max_reply_bytes}", retryable=True
+                f"reply body over max_reply_bytes={settings.config.max_reply_bytes}", retryable=True
             ) from None
         except (OSError, BadReply) as exc:
             if conn is not None:
                 conn.close()
             kind = "protocol error" if isinstance(exc, BadReply) else type(exc).__name__
-            message = engine._redact(f"{kind}: {exc}")
+            message = settings.redact(f"{kind}: {exc}")
             raise RequestFailed(f"connection error: {message}", retryable=True, dead=True) from None
         except BaseException:  # cancelled (the hard timeout, the run stopping): state unknown
             if conn is not None:

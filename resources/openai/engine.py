@@ -62,59 +62,24 @@ this module holds the engine's settings, secrets and HTTP plumbing. Invariants:
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
-import random
-import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import httpx
-
 from resources.configs import OpenAIEngineConfig
 from resources.engine import LLMEngine, Request, RunResult, RunStats
 from resources.openai.placement import GROUP_MIN_CHARS, FleetPlan, plan_fleet
 from resources.openai.probe import ServerInfo, probe_server
 from resources.openai.run import serve_run
-from resources.openai.wire import (
-    NO_CACHED_TOKENS_ADVICE,
-    SERVER_STYLES,
-    Redactor,
-    constrained_max_tokens,
-    split_url_credentials,
-    structured_fields,
-)
+from resources.openai.settings import ClientSettings, ProgressCallback
+from resources.openai.wire import SERVER_STYLES
 
 __all__ = ["GROUP_MIN_CHARS", "SERVER_STYLES", "OpenAIEngine"]
 
 log = logging.getLogger(__name__)
-
-RELQUERY_HEADER = "X-Relquery-Id"
-
-ProgressCallback = Callable[[int, int], None]
-
-
-class _Secret:
-    """A string that never shows itself in repr/str/format."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def get(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "'***'"
-
-    __str__ = __repr__
-
-    def __format__(self, spec: str) -> str:
-        return "***"
 
 
 class OpenAIEngine(LLMEngine):
@@ -134,55 +99,16 @@ class OpenAIEngine(LLMEngine):
         """`OpenAIEngine(base_url, model, **fields)` or `OpenAIEngine(config=...)`: the
         fields are `OpenAIEngineConfig`'s. Not config: `api_key` (a secret, kept apart and
         never shown) and `progress` (called with requests done, total)."""
-        cfg = OpenAIEngineConfig.resolve(config, args, fields)
-        if not cfg.urls() or not cfg.model:
-            raise ValueError(
-                f"OpenAIEngine needs base_url and model, got base_url="
-                f"{'set' if cfg.urls() else None}, model={cfg.model!r}"
-            )
-        parts = [split_url_credentials(url) for url in cfg.urls()]
-        if len({(user, password) for _, user, password in parts}) > 1:
-            raise ValueError("the replicas' URLs carry different user:password@ credentials")
-        _, user, password = parts[0]
-        basic = base64.b64encode(f"{user}:{password}".encode()).decode() if password else None
-        # a server may echo the Basic header: its base64 is the password too
-        self._redact = Redactor([s for s in (api_key, user, password, basic) if s])
-        for clean_url, _, _ in parts:
-            if not clean_url.startswith(("http://", "https://")):
-                raise ValueError(
-                    f"base_url must start with http:// or https://, got {self._redact(clean_url)!r}"
-                )
-        self.config: OpenAIEngineConfig = cfg.model_copy(
-            update={"base_url": None, "base_urls": None}
+        self.settings = ClientSettings(
+            OpenAIEngineConfig.resolve(config, args, fields), api_key, progress
         )
-        """The engine's settings (URLs dropped: the clean ones are `self.base_urls`)."""
-        self.base_urls = [clean.rstrip("/") for clean, _, _ in parts]
-        """Every replica's base URL, without credentials (one for a server or a router)."""
+        """What a run's requests need: settings, secrets, HTTP plumbing (never the engine)."""
+        self.config: OpenAIEngineConfig = self.settings.config
+        self.base_urls = self.settings.base_urls
         self.base_url = self.base_urls[0]
-        self.routing = "affinity" if cfg.routing == "auto" else cfg.routing
         self._tails: tuple[str, list[str | None]] = ("", [])
-        self.max_concurrency = cfg.max_concurrency
-        self.timeout_s = cfg.timeout_s
-        self.max_retries = cfg.max_retries
-        self.request_deadline_s = cfg.request_deadline_s
-        self.send_priority = cfg.send_priority
-        self.use_chat = cfg.use_chat
-        self.server_style = cfg.server_style
-        self.initial_backoff_s = cfg.initial_backoff_s
-        self.max_backoff_s = cfg.max_backoff_s
-        self.send_relquery_header = cfg.send_relquery_header
-        self.progress = progress
-        self.breaker_failures = cfg.breaker_failures
-        self.prefix_affinity = cfg.prefix_affinity
-        self.max_reply_bytes = cfg.max_reply_bytes
-        self.probe = cfg.probe
-        self._api_key = _Secret(api_key) if api_key else None
-        self._basic = (_Secret(user or ""), _Secret(password or "")) if user or password else None
-        self._rng = random.Random(cfg.seed)
-        self._warned_no_cached = False
         self._info: ServerInfo | None = None
         self._info_lock = threading.Lock()
-        self._ssl: ssl.SSLContext | None = None
 
     @property
     def model(self) -> str:
@@ -201,13 +127,25 @@ class OpenAIEngine(LLMEngine):
         return self.config.max_tokens
 
     @property
+    def use_chat(self) -> bool:
+        return self.config.use_chat
+
+    @property
+    def server_style(self) -> str:
+        return self.config.server_style
+
+    @property
+    def max_concurrency(self) -> int:
+        return self.config.max_concurrency
+
+    @property
     def honours_priority(self) -> bool:
         """Whether priorities are sent (the server must schedule by them: vLLM's
         `--scheduling-policy priority`)."""
         return self.config.send_priority
 
     def __repr__(self) -> str:
-        key = "'***'" if self._api_key is not None else "None"
+        key = "'***'" if self.settings.has_api_key else "None"
         urls = ",".join(self.base_urls)
         return (
             f"OpenAIEngine(base_url={urls!r}, model={self.model!r}, api_key={key}, "
@@ -225,14 +163,14 @@ class OpenAIEngine(LLMEngine):
         with self._info_lock:
             if self._info is None:
                 self._info = ServerInfo()
-                for url in self.base_urls if self.probe else ():
+                for url in self.base_urls if self.config.probe else ():
                     self._info = _run_coroutine(
                         lambda url=url: probe_server(
                             url,
-                            self._headers(""),
-                            self._auth(),
-                            timeout_s=min(self.timeout_s, 10.0),
-                            redact=self._redact,
+                            self.settings.headers(""),
+                            self.settings.auth(),
+                            timeout_s=min(self.config.timeout_s, 10.0),
+                            redact=self.settings.redact,
                         )
                     )
                     if self._info.identity is not None or self._info.auth_error is not None:
@@ -251,15 +189,13 @@ class OpenAIEngine(LLMEngine):
         """The server's context window in tokens, None when it does not say."""
         return self.server_info().max_model_len
 
-    # -- HTTP plumbing ----------------------------------------------------------------------
-
     @property
     def endpoint(self) -> str:
-        return self.endpoint_of(self.base_url)
+        return self.settings.endpoint_of(self.base_url)
 
-    def endpoint_of(self, base_url: str) -> str:
-        """The completion URL under `base_url`."""
-        return f"{base_url}/chat/completions" if self.use_chat else f"{base_url}/completions"
+    def body(self, request: Request, style: str | None = None) -> dict[str, Any]:
+        """The JSON body sent for `request` (never holds the key)."""
+        return self.settings.body(request, style)
 
     @property
     def identity(self) -> str:
@@ -273,65 +209,6 @@ class OpenAIEngine(LLMEngine):
         """Replicas the client addresses itself (1 for a single server or a router)."""
         return len(self.base_urls)
 
-    def _tls(self) -> ssl.SSLContext:
-        """One TLS context per engine (loading the CA bundle costs ~70 ms; clients share it)."""
-        with self._info_lock:
-            if self._ssl is None:
-                self._ssl = httpx.create_ssl_context()
-            return self._ssl
-
-    def _auth(self) -> httpx.BasicAuth | None:
-        if self._basic is None:
-            return None
-        return httpx.BasicAuth(self._basic[0].get(), self._basic[1].get())
-
-    def _headers(self, relquery_id: str) -> dict[str, str]:
-        headers = {"Content-Type": "application/json"}
-        if self._api_key is not None:
-            headers["Authorization"] = f"Bearer {self._api_key.get()}"
-        if self.send_relquery_header and relquery_id:
-            headers[RELQUERY_HEADER] = relquery_id
-        return headers
-
-    def body(self, request: Request, style: str | None = None) -> dict[str, Any]:
-        """The JSON body sent for `request` (never holds the key)."""
-        body: dict[str, Any] = {
-            "model": self.model,
-            "max_tokens": self.max_tokens or request.max_tokens,
-            "temperature": self.temperature,
-        }
-        if self.use_chat:
-            body["messages"] = [{"role": "user", "content": request.prompt}]
-        else:
-            body["prompt"] = request.prompt
-        if self.send_priority:
-            body["priority"] = request.priority
-        style = style or (self.server_style if self.server_style != "auto" else "vllm")
-        constraint = structured_fields(request.output, style)
-        if constraint:
-            body["max_tokens"] = constrained_max_tokens(request.output, body["max_tokens"])
-        body.update(constraint)
-        return body
-
-    def _backoff_s(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(retry_after, self.max_backoff_s)
-        base = min(self.max_backoff_s, self.initial_backoff_s * (2**attempt))
-        return base * (0.5 + 0.5 * self._rng.random())
-
-    # -- one request ------------------------------------------------------------------------
-
-    def _warn_no_cached_tokens(self, style: str) -> None:
-        if self._warned_no_cached:
-            return
-        self._warned_no_cached = True
-        log.warning(
-            "server at %s does not report usage.prompt_tokens_details.cached_tokens; cached "
-            "tokens are recorded as unknown (%s)",
-            self.base_url,
-            NO_CACHED_TOKENS_ADVICE.get(style, NO_CACHED_TOKENS_ADVICE["none"]),
-        )
-
     # -- a run ------------------------------------------------------------------------------
 
     def run(self, relquery_id: str, requests: Sequence[Request]) -> RunResult:
@@ -339,9 +216,13 @@ class OpenAIEngine(LLMEngine):
         start = time.perf_counter()
         info = self.server_info() if requests else ServerInfo()
         style = self.server_style if self.server_style != "auto" else (info.style or "vllm")
-        responses, stopped = _run_coroutine(
-            lambda: serve_run(self, relquery_id, requests, style, info, start)
+        plan = self.plan(relquery_id, requests) if requests else None
+        tails = self._tails[1] if self._tails[0] == relquery_id else []
+        responses, stopped, tails = _run_coroutine(
+            lambda: serve_run(self.settings, plan, tails, relquery_id, requests, style, info, start)
         )
+        if plan is not None:
+            self._tails = (relquery_id, tails)
         makespan = time.perf_counter() - start
         errors = sum(1 for r in responses if r.error is not None)
         if errors:
@@ -364,7 +245,7 @@ class OpenAIEngine(LLMEngine):
         return plan_fleet(
             [r.prompt for r in requests],
             self.num_replicas,
-            routing="round_robin" if self.routing == "round_robin" else "affinity",
+            routing="round_robin" if self.settings.routing == "round_robin" else "affinity",
             outputs=[self.max_tokens or r.max_tokens for r in requests],
             tails=tails,
         )

@@ -14,16 +14,13 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import httpx
 
 from resources.engine import Request, Response
 from resources.openai.attempt import RequestFailed, post_once
 from resources.openai.fleet import Replica
-
-if TYPE_CHECKING:
-    from resources.openai.engine import OpenAIEngine
+from resources.openai.settings import ClientSettings
 
 __all__ = ["RunState", "failed_response", "serve_request"]
 
@@ -60,7 +57,7 @@ class RunState:
 
 
 async def serve_request(
-    engine: OpenAIEngine,
+    settings: ClientSettings,
     client: httpx.AsyncClient,
     request: Request,
     relquery_id: str,
@@ -71,19 +68,19 @@ async def serve_request(
     headers: dict[str, str],
 ) -> tuple[Response, bool]:
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + engine.request_deadline_s
-    body, url = engine.body(request, style), engine.endpoint_of(replica.base_url)
+    deadline = loop.time() + settings.config.request_deadline_s
+    body, url = settings.body(request, style), settings.endpoint_of(replica.base_url)
     retryable = False
     last, notes, tries, out_of_time = "not attempted", "", 0, False
-    for attempt in range(engine.max_retries + 1):
-        budget = min(engine.timeout_s, deadline - loop.time())
+    for attempt in range(settings.config.max_retries + 1):
+        budget = min(settings.config.timeout_s, deadline - loop.time())
         if budget <= 0:
             out_of_time = True
             break
         tries += 1
         try:
             async with asyncio.timeout(budget):
-                got = await post_once(engine, client, url, body, request.id, headers)
+                got = await post_once(settings, client, url, body, request.id, headers)
         except TimeoutError:
             failure = RequestFailed(
                 f"timed out after {budget:.3g}s (no complete reply; hard wall-clock deadline)",
@@ -96,7 +93,7 @@ async def serve_request(
             replica.consecutive_dead = 0
             elapsed = time.perf_counter() - start
             if got.cached_tokens is None:
-                engine._warn_no_cached_tokens(style)
+                settings.warn_no_cached_tokens(style)
             return Response(
                 request.id,
                 got.text,
@@ -108,16 +105,19 @@ async def serve_request(
                 cached_tokens_known=got.cached_tokens is not None,
             ), False
         last, retryable = str(failure), failure.retryable
-        _count_failure(engine, failure, state, last, replica)
+        _count_failure(settings, failure, state, last, replica)
         if state.stop_reason is not None or replica.dead is not None or not retryable:
             break
-        if attempt == engine.max_retries:
+        if attempt == settings.config.max_retries:
             break
-        delay = engine._backoff_s(attempt, failure.retry_after_s)
-        if failure.retry_after_s is not None and failure.retry_after_s > engine.max_backoff_s:
+        delay = settings.backoff_s(attempt, failure.retry_after_s)
+        if (
+            failure.retry_after_s is not None
+            and failure.retry_after_s > settings.config.max_backoff_s
+        ):
             notes = (
                 f" (the server asked to wait Retry-After {failure.retry_after_s:g}s, above "
-                f"max_backoff_s={engine.max_backoff_s:g}s; waited {delay:g}s)"
+                f"max_backoff_s={settings.config.max_backoff_s:g}s; waited {delay:g}s)"
             )
             log.warning("request %s: %s", request.id, notes.strip(" ()"))
         if loop.time() + delay >= deadline:
@@ -125,7 +125,7 @@ async def serve_request(
             break
         log.info(
             "request %s attempt %d/%d failed (%s); retrying in %.2fs",
-            request.id, attempt + 1, engine.max_retries + 1, last, delay,
+            request.id, attempt + 1, settings.config.max_retries + 1, last, delay,
         )  # fmt: skip
         try:
             await asyncio.wait_for(state.stopped.wait(), delay)
@@ -133,7 +133,9 @@ async def serve_request(
         except TimeoutError:
             pass
     within = (
-        f" within the request deadline of {engine.request_deadline_s:g}s" if out_of_time else ""
+        f" within the request deadline of {settings.config.request_deadline_s:g}s"
+        if out_of_time
+        else ""
     )
     plural = "s" if tries != 1 else ""
     error = f"failed after {tries} attempt{plural}{within}: {last}{notes}"
@@ -141,7 +143,7 @@ async def serve_request(
 
 
 def _count_failure(
-    engine: OpenAIEngine, failure: RequestFailed, state: RunState, last: str, replica: Replica
+    settings: ClientSettings, failure: RequestFailed, state: RunState, last: str, replica: Replica
 ) -> None:
     if failure.stop is not None:
         state.stop(f"stopped after {last} ({failure.stop})")
@@ -150,7 +152,7 @@ def _count_failure(
         replica.consecutive_dead = 0
         return
     replica.consecutive_dead += 1
-    n = engine.breaker_failures
+    n = settings.config.breaker_failures
     if n and replica.consecutive_dead >= n:
         state.give_up(
             replica,

@@ -1,8 +1,8 @@
 """One run of `OpenAIEngine` over its replicas, inside the event loop `OpenAIEngine.run`
 drives (`serve_run`); see `resources.openai.engine` for the invariants.
 
-The run is planned over the replicas (`OpenAIEngine.plan`), each replica's lanes capped
-(`resources.openai.fleet.plan_caps`) and served by `resources.openai.fleet.serve_fleet`, one
+The run is planned over the replicas by the engine (`OpenAIEngine.plan`), each replica's lanes
+capped (`resources.openai.fleet.plan_caps`) and served by `resources.openai.fleet.serve_fleet`, one
 `resources.openai.request.serve_request` per request over one httpx client per worker task.
 A request failing with a retryable error is tried at a live replica it has not failed at; a
 replica given up hands its unfinished requests to the live ones. The result holds one
@@ -15,17 +15,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
 
 import httpx
 
 from resources.engine import Request, Response
 from resources.openai.fleet import LANES_PER_WORKER, Replica, plan_caps, serve_fleet
+from resources.openai.placement import FleetPlan
 from resources.openai.probe import ServerInfo
 from resources.openai.request import RunState, failed_response, serve_request
-
-if TYPE_CHECKING:
-    from resources.openai.engine import OpenAIEngine
+from resources.openai.settings import ClientSettings
 
 __all__ = ["serve_run"]
 
@@ -33,37 +31,40 @@ log = logging.getLogger("resources.openai.engine")
 
 
 async def serve_run(
-    engine: OpenAIEngine,
+    settings: ClientSettings,
+    plan: FleetPlan | None,
+    tails: list[str | None],
     relquery_id: str,
     requests: list[Request],
     style: str,
     info: ServerInfo,
     start: float,
-) -> tuple[list[Response], str | None]:
-    """One `Response` per request of `requests`, in request order, and why the run stopped
-    (None when it did not); `style` is the resolved server style, `info` what the server
-    said, `start` the run's `time.perf_counter()`."""
+) -> tuple[list[Response], str | None, list[str | None]]:
+    """One `Response` per request of `requests`, in request order, why the run stopped (None
+    when it did not) and each replica's last answered prompt (the next chunk's `tails`).
+    `plan` places `requests` on the replicas (None only when there are none), `tails` the
+    previous chunk's last prompts, `style` is the resolved server style, `info` what the
+    server said, `start` the run's `time.perf_counter()`."""
+    cfg = settings.config
     total = len(requests)
-    replicas = [Replica(k, url) for k, url in enumerate(engine.base_urls)]
+    replicas = [Replica(k, url) for k, url in enumerate(settings.base_urls)]
     state = RunState(total, asyncio.Event(), replicas=replicas)
     if info.auth_error is not None:
         state.stop(f"stopped before sending: {info.auth_error} (check the API key)")
     results: list[Response | None] = [None] * total
     in_flight: set[int] = set()
-    if total and state.stop_reason is None:
-        plan = engine.plan(relquery_id, requests)
+    tails = [*tails, *[None] * (len(replicas) - len(tails))]
+    if total and plan is not None and state.stop_reason is None:
         for replica, queue in zip(replicas, plan.queues, strict=True):
             replica.parts.extend(
                 (n, part) for n, part in enumerate(queue, start=replica.index * total)
             )
         # llama.cpp caches per slot: a group stays on one slot; a shared cache: short lanes
         per_slot = style == "llamacpp"
-        plan_caps(replicas, engine.max_concurrency, engine.prefix_affinity,
+        plan_caps(replicas, cfg.max_concurrency, cfg.prefix_affinity,
                   1 if per_slot else LANES_PER_WORKER)  # fmt: skip
         keys = {i: part.key for queue in plan.queues for part in queue for i in part.indices}
-        tails = list(engine._tails[1]) if engine._tails[0] == relquery_id else []
-        tails += [None] * (len(replicas) - len(tails))
-        base_headers = engine._headers(relquery_id)
+        base_headers = settings.headers(relquery_id)
         failed_at: dict[int, set[int]] = {}  # request -> replicas it failed at (retryable)
         # one client of one connection per worker: a worker serves its lanes over one
         # keep-alive connection (httpcore's shared pool scans every connection per request)
@@ -76,20 +77,20 @@ async def serve_run(
                 if task not in clients:
                     clients[task] = await stack.enter_async_context(
                         httpx.AsyncClient(
-                            timeout=httpx.Timeout(engine.timeout_s),
+                            timeout=httpx.Timeout(cfg.timeout_s),
                             limits=limits,
-                            auth=engine._auth(),
-                            verify=engine._tls(),
+                            auth=settings.auth(),
+                            verify=settings.tls(),
                         )
                     )
                 return clients[task]
 
             async def serve(i: int, replica: Replica) -> bool:
                 headers = base_headers
-                if engine.routing == "router":
-                    headers = {**base_headers, engine.config.routing_key_header: keys[i]}
+                if settings.routing == "router":
+                    headers = {**base_headers, cfg.routing_key_header: keys[i]}
                 response, retryable = await serve_request(
-                    engine, await client(), requests[i], relquery_id, style, state, start,
+                    settings, await client(), requests[i], relquery_id, style, state, start,
                     replica, headers,
                 )  # fmt: skip
                 if response.error is None:
@@ -98,8 +99,8 @@ async def serve_run(
                     tails[replica.index] = requests[i].prompt
                 elif len(replicas) > 1 and retryable and state.stop_reason is None:
                     replica.consecutive_failed += 1
-                    if engine.breaker_failures and (
-                        replica.consecutive_failed >= engine.breaker_failures
+                    if cfg.breaker_failures and (
+                        replica.consecutive_failed >= cfg.breaker_failures
                     ):
                         state.give_up(
                             replica,
@@ -115,12 +116,11 @@ async def serve_run(
                         return True  # moves to a live replica
                 results[i] = response
                 state.done += 1
-                if engine.progress is not None:
-                    engine.progress(state.done, total)
+                if settings.progress is not None:
+                    settings.progress(state.done, total)
                 return False
 
-            in_flight = await serve_fleet(replicas, serve, engine.max_concurrency, state.stopped)
-        engine._tails = (relquery_id, tails)
+            in_flight = await serve_fleet(replicas, serve, cfg.max_concurrency, state.stopped)
         if len(replicas) > 1:
             log.info(
                 "relquery %s over %d replicas: %s answered",
@@ -138,4 +138,4 @@ async def serve_run(
         final.append(r)
     if reason is not None:
         log.error("relquery %s: %s", relquery_id, reason)
-    return final, reason
+    return final, reason, tails

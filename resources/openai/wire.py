@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from llm_assets.output_spec import OutputSpec
+from resources.structured_outputs import structured_outputs_for
 
 __all__ = [
     "MAX_TOKEN_COUNT",
@@ -215,8 +216,6 @@ def structured_fields(spec: OutputSpec, style: str) -> dict[str, Any]:
     style, not `auto`). A number range travels as a regex (vLLM) or grammar (llama.cpp) for a
     number and is checked again downstream by `OutputSpec.violation`; a regex has no llama.cpp
     or OpenAI form and travels unconstrained (checked downstream)."""
-    from resources.vllm_engine import structured_outputs_for
-
     style = STYLE_ALIASES.get(style, style)
     structured = structured_outputs_for(spec)
     if structured is None or style == "none":
