@@ -14,13 +14,12 @@ import pytest
 
 from llm_assets.output_spec import OutputSpec
 from resources.engine import Request, Response
+from resources.structured_outputs import number_regex, structured_outputs_for
 from resources.vllm_engine import (
     SCHEDULING_POLICIES,
     VLLMEngine,
-    number_regex,
     response_from_output,
     sampling_kwargs,
-    structured_outputs_for,
 )
 
 
