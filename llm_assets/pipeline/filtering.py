@@ -15,7 +15,7 @@ import sqlglot
 from sqlglot import exp
 
 from llm_assets.optimizer.table import TRANSIENT
-from llm_assets.pipeline.connection import locked_connection
+from llm_assets.pipeline.connection import as_arrow, locked_connection
 from llm_assets.pipeline.rows import ROW
 from llm_assets.query.model import LLMQuery
 from llm_assets.query.render import post_llm_predicates, pre_llm_sql
@@ -70,12 +70,6 @@ def _typed_view(name: str, raw: str, table: pa.Table, columns: Sequence[str]) ->
 
 def _columns(table: pa.Table | pd.DataFrame) -> list[str]:
     return table.column_names if isinstance(table, pa.Table) else list(table.columns)
-
-
-def as_arrow(table: pa.Table | pd.DataFrame) -> pa.Table:
-    if isinstance(table, pa.Table):
-        return table
-    return pa.Table.from_pandas(table, preserve_index=False)
 
 
 PAIR = "_pair_"

@@ -79,7 +79,7 @@ def retrieve(query, tables, rows, retriever: str):
     error is a one-line ValueError naming the retrieval."""
     import duckdb
 
-    from llm_assets.pipeline.filtering import as_arrow, locked_connection
+    from llm_assets.pipeline.connection import as_arrow, locked_connection
     from llm_assets.query.render import corpus_sql
 
     out = rows.copy()

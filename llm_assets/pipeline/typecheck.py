@@ -47,7 +47,8 @@ import pyarrow as pa
 from sqlglot import exp
 
 from llm_assets.data.sql_types import predicate_types
-from llm_assets.pipeline.filtering import as_arrow, locked_connection, predicate_only_columns
+from llm_assets.pipeline.connection import as_arrow, locked_connection
+from llm_assets.pipeline.filtering import predicate_only_columns
 from llm_assets.query.model import LLMQuery
 from llm_assets.query.parts import Predicate
 from llm_assets.query.render import pre_llm_select
