@@ -52,7 +52,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from benchmarks.lib.faults import healthy_base_url, stop_process
+from benchmarks.lib.fault_setup import healthy_base_url, stop_process
 from resources.engine import Request
 from resources.openai import attempt as openai_attempt
 from resources.openai.engine import OpenAIEngine

@@ -57,7 +57,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.lib.faults import (
+from benchmarks.lib.fault_setup import (
     _URL_LINE,
     MODEL,
     REPO_ROOT,

@@ -119,7 +119,7 @@ def _script(case: str, seed: int):
 
 def run_hostile_case(case: str, rows: int, settings: Any) -> dict[str, Any]:
     """Run one case (see the module docstring); `settings` is a `ClientSettings`."""
-    from benchmarks.lib.faults import _row_counts, make_engine, synthetic_requests
+    from benchmarks.lib.fault_setup import _row_counts, make_engine, synthetic_requests
 
     if case not in HOSTILE_CASES:
         raise ValueError(f"unknown hostile case {case!r}; expected one of {list(HOSTILE_CASES)}")

@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.lib.faults import (
+from benchmarks.lib.fault_setup import (
     REPO_ROOT,
     ClientSettings,
     FaultScenario,

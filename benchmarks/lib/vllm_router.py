@@ -6,7 +6,7 @@
 
 `run_router` starts `vllm-router --host 127.0.0.1 --port P --worker-urls URL... --policy POLICY`
 on a free loopback port and yields its base URL ending in `/v1`; `sim_servers` starts N
-`python -m resources.sim.server --port 0` processes (`benchmarks.lib.faults.SimServerProcess`).
+`python -m resources.sim.server --port 0` processes (`benchmarks.lib.fault_setup.SimServerProcess`).
 
 What vllm-router 0.1.17 asks of its workers (checked against the sim server, which answers
 `/health`, `/v1/models`, `/v1/completions`, `/v1/chat/completions`):
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.lib.faults import SimServerProcess
+from benchmarks.lib.fault_setup import SimServerProcess
 
 __all__ = [
     "POLICIES",

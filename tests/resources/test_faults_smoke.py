@@ -33,7 +33,7 @@ def test_smoke_matrix_loses_nothing_and_a_kill_costs_at_most_one_chunk(tmp_path:
 
 def test_hostile_server_cases_lose_nothing_and_end_within_their_bound(tmp_path: Path) -> None:
     from benchmarks.faults import _acceptance
-    from benchmarks.lib.faults import ClientSettings
+    from benchmarks.lib.fault_setup import ClientSettings
     from benchmarks.lib.hostile_faults import HOSTILE_CASES
 
     settings = ClientSettings(chunk_size=20, timeout_s=0.5, max_concurrency=4)

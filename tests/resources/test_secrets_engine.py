@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.lib.faults import SimServerProcess, synthetic_requests
+from benchmarks.lib.fault_setup import SimServerProcess, synthetic_requests
 from resources.openai.engine import OpenAIEngine
 from resources.response_cache import ResponseCache
 from resources.runner import TooManyErrors, raise_if_too_many_errors, run_requests
