@@ -3,8 +3,11 @@ the tokenizer libraries, Playwright): `pytest --doctest-modules` imports them al
 any user. Run in a fresh interpreter so nothing imported by other tests counts."""
 
 import ast
+import graphlib
 import subprocess
 import sys
+from collections.abc import Mapping, Set
+from pathlib import Path
 
 from tests.conftest import ROOT
 
@@ -113,3 +116,82 @@ def test_the_line_count_sees_a_long_module(tmp_path):
     (tmp_path / "jobs" / "deep" / "long.py").write_text("x = 1\n" * 451)
     (tmp_path / "llm_assets" / "short.py").write_text("x = 1\n" * 450)
     assert long_modules(tmp_path) == ["jobs/deep/long.py: 451"]
+
+
+PACKAGES = ("llm_assets", "resources", "jobs", "benchmarks")
+
+
+def module_names() -> dict[str, Path]:
+    """Every module of the project's packages, by dotted name (a package by its own name)."""
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imported_modules(tree: ast.AST, modules: Set[str], here: str) -> set[str]:
+    """The project modules `tree` (the module `here`) imports at any depth: top level, inside a
+    function or under `if TYPE_CHECKING:` alike; `from package import module` counts as that
+    module only (as import-linter and pydeps count it), `from module import name` as the module."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolved against the importing module's package
+                anchor = here.split(".")[: -node.level]
+                base = ".".join([*anchor, base] if base else anchor)
+            submodules = {f"{base}.{alias.name}" for alias in node.names} & modules
+            # `from package import module` imports that module; any other name, the package
+            names |= submodules | ({base} if len(submodules) < len(node.names) else set())
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in ("import_module", "__import__"):
+                names.add(str(node.args[0].value))
+    return {name for name in names if name in modules} - {here}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = module_names()
+    return {
+        name: imported_modules(ast.parse(path.read_text(encoding="utf-8")), modules.keys(), name)
+        for name, path in modules.items()
+    }
+
+
+def first_cycle(graph: Mapping[str, Set[str]]) -> list[str] | None:
+    """One import cycle of `graph` (module -> the modules it imports) as [a, b, ..., a], or None."""
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as error:
+        return list(reversed(error.args[1]))
+    return None
+
+
+def test_no_module_imports_another_that_imports_it_back():
+    cycle = first_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_sees_a_cycle_through_a_lazy_import():
+    source = {"a": "import b\n", "b": "def f():\n    from c import x\n", "c": "import a\n"}
+    graph = {
+        name: imported_modules(ast.parse(text), source.keys(), name)
+        for name, text in source.items()
+    }
+    assert graph == {"a": {"b"}, "b": {"c"}, "c": {"a"}}
+    cycle = first_cycle(graph)
+    assert cycle is not None and cycle[0] == cycle[-1] and set(cycle) == {"a", "b", "c"}
+    assert first_cycle({**graph, "c": set()}) is None
+
+
+def test_from_a_package_import_a_module_counts_as_that_module_only():
+    modules = {"p", "p.m", "p.n"}
+    tree = ast.parse("from p import m\nif TYPE_CHECKING:\n    from p.n import X\n")
+    assert imported_modules(tree, modules, "q") == {"p.m", "p.n"}
+    assert imported_modules(ast.parse("from p import helper"), modules, "q") == {"p"}
+    assert imported_modules(ast.parse("from . import n"), modules, "p.m") == {"p.n"}
