@@ -1,7 +1,8 @@
-"""The README's code blocks run as printed (issue 21 item 8). Blocks are read from README.md by
-their fences, never copied here, and each is handled by this rule:
+"""The code blocks of the README and of its pages under docs/ run as printed (issue 21 item 8,
+issue 37 item 3). Blocks are read from the pages by their fences, never copied here, README.md
+first, then docs/*.md by name, and each is handled by this rule:
 
-- ```python: run in README order in one namespace (a reader following the page), in a folder
+- ```python: run in page order in one namespace (a reader following the pages), in a folder
   holding the files the page names: `reviews.tsv` (Windows-1252, tab-separated, text ratings
   `3/5`, `4.5`, `N/A`, accents) and `sentiment.sql` (the first component's `sql:`); every
   `dg.Definitions` a block leaves must load with `default_resources()` bound;
@@ -39,6 +40,7 @@ from resources.home import llm_assets_home
 from tests.conftest import ROOT
 
 README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 FIRST_QUERY = "Your first query"
 COMPONENT = "llm_assets.LLMQueryComponent"
 RUN_CONFIG_KEYS = {"ops", "resources", "execution", "loggers"}
@@ -59,24 +61,25 @@ class Block:
     text: str
     line: int  # of the opening fence, 1-based
     section: str  # the heading above it
+    page: Path = README
 
     def __str__(self) -> str:
-        return f"README.md:{self.line} ```{self.lang} ({self.section})"
+        return f"{self.page.relative_to(ROOT)}:{self.line} ```{self.lang} ({self.section})"
 
 
-def readme_blocks() -> list[Block]:
+def page_blocks(page: Path) -> list[Block]:
     blocks, section, fence, body = [], "", None, []
-    for number, line in enumerate(README.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
         if fence is None and line.startswith("#"):
             section = line.lstrip("#").strip()
         elif fence is None and line.startswith("```"):
             fence, body = (line[3:].strip(), number), []
         elif fence is not None and line.rstrip() == "```":
-            blocks.append(Block(fence[0], "\n".join(body) + "\n", fence[1], section))
+            blocks.append(Block(fence[0], "\n".join(body) + "\n", fence[1], section, page))
             fence = None
         elif fence is not None:
             body.append(line)
-    assert fence is None, f"README.md:{fence[1]}: a fence is never closed"
+    assert fence is None, f"{page.name}:{fence[1]}: a fence is never closed"
     return blocks
 
 
@@ -99,7 +102,7 @@ def kind(block: Block) -> str:
     return "unmarked"
 
 
-BLOCKS = readme_blocks()
+BLOCKS = [block for page in PAGES for block in page_blocks(page)]
 
 
 def of_kind(name: str) -> list[Block]:
@@ -107,7 +110,9 @@ def of_kind(name: str) -> list[Block]:
 
 
 def first_component() -> Block:
-    return next(b for b in of_kind("component") if b.section.startswith(FIRST_QUERY))
+    return next(
+        b for b in of_kind("component") if b.page == README and b.section.startswith(FIRST_QUERY)
+    )
 
 
 def write_reviews(path: Path) -> None:
@@ -258,13 +263,13 @@ def test_sql_blocks_compile_and_plan(workdir):
 
 
 def test_the_count_star_example_counts_the_rows_the_where_keeps(workdir):
-    """ "Supported SQL": the aggregate example answers `n = 4` (rows 1, 2, 5, 6) and sends the
+    """docs/sql.md: the aggregate example answers `n = 4` (rows 1, 2, 5, 6) and sends the
     3 reviews among them that are not empty."""
     (block,) = [
-        b for b in of_kind("sql") if b.section == "Supported SQL" and "COUNT(*) AS n" in b.text
+        b for b in of_kind("sql") if b.page.name == "sql.md" and "COUNT(*) AS n" in b.text
         and "AVG(" in b.text
     ]  # fmt: skip
-    text = README.read_text(encoding="utf-8")
+    text = block.page.read_text(encoding="utf-8")
     assert "answers `n = 4` (rows 1, 2, 5 and 6 pass the rating predicate)" in text
     (workdir / "count.sql").write_text(block.text)
     out = CliRunner().invoke(
@@ -282,7 +287,7 @@ def first_cli_lines() -> list[list[str]]:
     would (comments dropped)."""
     lines = []
     for block in of_kind("shell"):
-        if block.section.startswith(FIRST_QUERY):
+        if block.page == README and block.section.startswith(FIRST_QUERY):
             for line in block.text.replace("\\\n", " ").splitlines():
                 words = shlex.split(line, comments=True)
                 if words[:1] == ["llm-assets"]:
