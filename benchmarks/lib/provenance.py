@@ -1,0 +1,213 @@
+"""Which commit and command produced each committed result, and whether its figures still hold.
+
+Every `benchmarks/results/<name>.json` carries top-level `commit` (the HEAD it ran at),
+`dirty` (whether the work tree had uncommitted changes: then the figures belong to the commit
+that recorded the file, which is taken to hold the code it ran) and `command`. `write_result`
+stamps them; results recorded before it existed were stamped once with the commit that
+recorded the file (`commit_note` says so).
+
+A result is **current** when no commit after it changed the code it measures (`MEASURES`),
+leaving out the commits of `BEHAVIOUR_PRESERVING` (each with the check that showed it changes
+no output). Otherwise it must say `stale` (why, and what would regenerate it) in its JSON and
+in every README or docs line quoting it: `tests/benchmarks/test_provenance.py` holds both.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+
+_SIM = ("resources/sim",)
+_OPENAI = ("resources/openai", "resources/runner.py", "resources/response_cache.py")
+_PIPELINE = ("llm_assets/pipeline", "llm_assets/optimizer", "llm_assets/query", "llm_assets/sql")
+_LLAMA = (*_OPENAI, *_PIPELINE, "resources/llama_cpp", "benchmarks/llama_cpp.py")
+_LLAMA_SIM = (*_LLAMA, "benchmarks/lib/llama_cpp_measure.py", "benchmarks/lib/llama_cpp_pair.py")
+_GPU = ("resources/sim/cost_model.py", "resources/sim/profiles.py", "resources/vllm_engine.py",
+        "benchmarks/gpu_validation.py")  # fmt: skip
+
+MEASURES: Mapping[str, tuple[str, ...]] = {
+    "breakages": ("benchmarks/lib/breakages.py", "tests"),
+    "client_throughput": (*_OPENAI, "benchmarks/client_throughput.py"),
+    "faults": (
+        *_OPENAI,
+        *_SIM,
+        "llm_assets/data",
+        "resources/warehouse.py",
+        "benchmarks/faults.py",
+        "benchmarks/lib/faults.py",
+        "benchmarks/lib/fault_setup.py",
+        "benchmarks/lib/hostile.py",
+        "benchmarks/lib/hostile_faults.py",
+        "benchmarks/lib/kill9.py",
+        "benchmarks/lib/input_faults.py",
+        "benchmarks/lib/concurrent_runs.py",
+    ),  # fmt: skip
+    "fidelity": (*_SIM, "benchmarks/fidelity.py"),
+    "fleet": (
+        *_OPENAI,
+        *_SIM,
+        "benchmarks/fleet.py",
+        "benchmarks/lib/fleet_bench.py",
+        "benchmarks/lib/vllm_router.py",
+    ),  # fmt: skip
+    "gpu_validation": (
+        "resources/sim/cost_model.py",
+        "resources/sim/profiles.py",
+        "resources/vllm_engine.py",
+        "benchmarks/gpu_validation.py",
+    ),  # fmt: skip
+    "gpu_validation_repeat": (
+        "resources/sim/cost_model.py",
+        "resources/sim/profiles.py",
+        "resources/vllm_engine.py",
+        "benchmarks/gpu_validation.py",
+    ),  # fmt: skip
+    "launch_speed": ("llm_assets", "jobs", "benchmarks/launch_speed.py"),
+    "llama_cpp": (
+        *_LLAMA,
+        "benchmarks/lib/llama_cpp_measure.py",
+        "benchmarks/lib/llama_cpp_pair.py",
+    ),
+    "llama_cpp_wide": (
+        *_LLAMA,
+        "benchmarks/lib/llama_cpp_measure.py",
+        "benchmarks/lib/llama_cpp_pair.py",
+    ),  # fmt: skip
+    "llama_cpp_real": (*_LLAMA, "benchmarks/lib/llama_cpp_real.py"),
+    "loader": ("llm_assets/data", *_PIPELINE, "llm_assets/cli", "benchmarks/loader.py"),
+    "mutation": ("llm_assets", "resources", "tests", "benchmarks/mutation.py"),
+    "plan_accuracy": (*_PIPELINE, *_SIM, "benchmarks/plan_accuracy.py"),
+    "quality": (
+        *_LLAMA,
+        "benchmarks/quality.py",
+        "benchmarks/lib/quality_runs.py",
+        "benchmarks/lib/quality_metrics.py",
+    ),  # fmt: skip
+    "queries": ("llm_assets", *_SIM, "benchmarks/queries.py", "benchmarks/lib/ladder.py"),
+    "reorder": (
+        "llm_assets/optimizer",
+        "benchmarks/reorder.py",
+        "benchmarks/lib/quickgreedy.py",
+        "benchmarks/lib/shapes.py",
+        "benchmarks/lib/tokens.py",
+    ),  # fmt: skip
+    "reorder_budget": (
+        "llm_assets/optimizer",
+        "resources/sim/block_cache.py",
+        "benchmarks/reorder.py",
+        "benchmarks/lib/tokens.py",
+    ),  # fmt: skip
+    "safety_net": ("llm_assets/optimizer", "benchmarks/safety_net.py"),
+    "scheduler": (
+        *_SIM,
+        "benchmarks/scheduler.py",
+        "benchmarks/scheduler_report.py",
+        "benchmarks/lib/workload.py",
+        "benchmarks/lib/relquery_waves.py",
+    ),  # fmt: skip
+    "semantic_join": (*_PIPELINE, "benchmarks/semantic_join.py", "benchmarks/lib/join_orders.py"),
+    "sim_server_blocking": ("resources/sim/server", "benchmarks/sim_server_blocking.py"),
+    "sim_speed": (*_SIM, "benchmarks/sim_speed.py"),
+    "vllm_conformance": (*_SIM, "benchmarks/vllm_conformance.py", "benchmarks/lib/conformance.py"),
+}
+"""The code each result measures (paths from the repository root; a folder means all in it)."""
+
+BEHAVIOUR_PRESERVING: Mapping[str, str] = {
+    "16257fd": "modules moved into packages; benchmarks/results/restructure_check.md: the tree "
+    "equals the old one with module names rewritten, plus the hand edits it lists",
+    "73a3c5c": "the OpenAI engine hands ClientSettings down instead of itself: the same "
+    "attributes read from the config, the same calls (tests/resources unchanged and green)",
+    "47f0542": "structured_outputs_for and number_regex moved verbatim to a leaf module",
+    "6b0a717": "as_arrow moved verbatim to pipeline/connection.py",
+    "20d920d": "the fault benchmarks' shared setup moved verbatim to benchmarks/lib/fault_setup.py",
+}
+"""Commits shown to change no output (short hash -> the check that showed it)."""
+
+
+def git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def command_line() -> str:
+    """How this process was started, as `python -m benchmarks.<name> ...`."""
+    argv = list(getattr(sys, "orig_argv", sys.argv))
+    return shlex.join(["python", *argv[1:]])
+
+
+def stamp(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """`doc` with `commit`, `dirty` and `command` first (replacing any it had)."""
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    head = {"commit": git("rev-parse", "--short=12", "HEAD"), "dirty": dirty,
+            "command": command_line()}  # fmt: skip
+    return {**head, **{k: v for k, v in doc.items() if k not in head}}
+
+
+def write_result(path: Path, doc: Mapping[str, Any], *, indent: int = 2, **dumps: Any) -> None:
+    """Write `doc` stamped (`stamp`) as JSON to `path`."""
+    path.write_text(json.dumps(stamp(doc), indent=indent, **dumps) + "\n", encoding="utf-8")
+
+
+def measured_at(name: str, doc: Mapping[str, Any]) -> str:
+    """The commit whose code the figures of result `name` belong to: its `commit`, or with
+    `dirty`, the commit that recorded the file."""
+    if doc.get("dirty"):
+        return git("log", "-1", "--format=%H", "--", f"benchmarks/results/{name}.json")
+    return git("rev-parse", str(doc["commit"]))
+
+
+def changes_since(name: str, doc: Mapping[str, Any]) -> list[str]:
+    """The commits after the result's own that changed the code it measures, oldest first,
+    without `BEHAVIOUR_PRESERVING` ones: empty when the result is current."""
+    since = measured_at(name, doc)
+    log = git("log", "--reverse", "--format=%h %s", f"{since}..HEAD", "--", *MEASURES[name])
+    changes = [line for line in log.splitlines() if line]
+    keep = {git("rev-parse", "--short=7", h) for h in BEHAVIOUR_PRESERVING}
+    return [c for c in changes if c.split()[0][:7] not in keep]
+
+
+STALE_MARK = "> **Stale**: "
+
+
+def mark(name: str) -> str:
+    """Set or clear result `name`'s `stale` (JSON) and its markdown's **Stale** header line
+    from `changes_since`; the status line printed by `main`."""
+    path = RESULTS / f"{name}.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    changes = changes_since(name, doc)
+    doc.pop("stale", None)
+    note = None
+    if changes:
+        more = f" and {len(changes) - 1} later commits" if len(changes) > 1 else ""
+        note = (f"the code it measures changed after {doc['commit'][:7]}: {changes[0][:90]}"
+                f"{more}; rerun `{doc.get('command') or 'its benchmark'}`")  # fmt: skip
+        doc["stale"] = note
+    path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    markdown = path.with_suffix(".md")
+    if markdown.exists():
+        lines = [ln for ln in markdown.read_text(encoding="utf-8").split("\n")
+                 if not ln.startswith(STALE_MARK)]  # fmt: skip
+        if note:
+            at = 1 if lines and lines[0].startswith("#") else 0
+            lines[at:at] = ["", STALE_MARK + note] if at else [STALE_MARK + note, ""]
+        markdown.write_text("\n".join(lines), encoding="utf-8")
+    return f"{name:24s} {'stale' if note else 'current':8s} {doc['commit'][:7]}"
+
+
+def main() -> None:
+    """`python -m benchmarks.lib.provenance`: mark every result current or stale, print each."""
+    for path in sorted(RESULTS.glob("*.json")):
+        print(mark(path.stem))
+
+
+if __name__ == "__main__":
+    main()
