@@ -16,11 +16,10 @@ Invariants:
   and `close()` releases it;
 - creating a resource never imports vLLM or loads a model (the vLLM model loads on its first
   `run`), so `dagster definitions validate` stays fast;
-- one way from the environment to an engine: `engine_resource(kind, **fields)` is what the
-  code location binds (`llm_assets.default_resources`) and what `llm-assets run` builds; an
-  OpenAI field left unset is read from `LLM_ASSETS_OPENAI_<FIELD>`, vLLM's model from
-  `LLM_ASSETS_VLLM_MODEL`, when the engine is built (`settings_from_env`: one set of
-  one-line errors for both);
+- one way from the environment to an engine: every resource builds its engine with
+  `resources.environment.build_engine`, as `llm-assets run` does without Dagster; an OpenAI
+  field left unset is read from `LLM_ASSETS_OPENAI_<FIELD>`, vLLM's model from
+  `LLM_ASSETS_VLLM_MODEL`, when the engine is built (one set of one-line errors for all);
 - secrets come through `dg.EnvVar`: `OpenAIEngineResource(api_key=dg.EnvVar("OPENAI_API_KEY"))`
   (or the `LLM_ASSETS_OPENAI_API_KEY` variable, read when the run starts). Dagster records
   the variable's name, not its value; a literal key in run config is refused; the engine
@@ -29,21 +28,15 @@ Invariants:
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Sequence
-from typing import Annotated
+from collections.abc import Sequence
 
 import dagster as dg
-from pydantic import Field, PrivateAttr, TypeAdapter, ValidationError
+from pydantic import Field, PrivateAttr
 
-from resources.configs import (
-    EngineConfig,
-    LlamaCppEngineConfig,
-    OpenAIEngineConfig,
-    VLLMEngineConfig,
-)
+from resources.configs import LlamaCppEngineConfig, OpenAIEngineConfig, VLLMEngineConfig
 from resources.engine import LLMEngine, Request, RunResult
+from resources.environment import ENGINE_KINDS, build_engine, engine_settings
 from resources.sim.config import SimulatedEngineConfig
 
 __all__ = [
@@ -55,51 +48,7 @@ __all__ = [
     "SimulatedEngineResource",
     "VLLMEngineResource",
     "engine_resource",
-    "settings_from_env",
 ]
-
-
-def settings_from_env(
-    config_cls: type[EngineConfig],
-    given: dict,
-    prefix: str,
-    required: dict[str, tuple[str, ...]],
-    from_env: Collection[str] | None = None,
-) -> EngineConfig:
-    """`config_cls` from the field values `given` (set in config or code); every other field
-    (of `from_env`, default all) from its environment variable `<prefix><FIELD>` when that is
-    set and not empty, else its default. `required` maps a field to the fields any one of
-    which satisfies it.
-
-    ValueError, one line: the required fields given nowhere, with the variables to set, or a
-    variable whose value its field refuses (`LLM_ASSETS_OPENAI_MAX_CONCURRENCY='lots': Input
-    should be a valid integer, ...`); a field value out of range as `EngineConfig` says it."""
-    fields = config_cls.model_fields
-    values = dict(given)
-    env = {name: os.environ.get(prefix + name.upper()) for name in from_env or fields}
-    env = {n: raw for n, raw in env.items() if raw not in (None, "") and n not in values}
-    missing = [
-        name
-        for name, satisfied_by in required.items()
-        if not any(values.get(n) or n in env for n in (name, *satisfied_by))
-    ]
-    if missing:
-        what = " and ".join(missing)
-        variables = " and ".join(prefix + name.upper() for name in missing)
-        engine = prefix.removeprefix("LLM_ASSETS_").removesuffix("_").lower()
-        raise ValueError(
-            f"the {engine} engine needs {what}: set {variables} (or {what} in the "
-            "resource's config)"
-        )
-    for name, raw in env.items():
-        field = fields[name]
-        try:  # the field's type and bounds, so that a bad variable is named
-            kind = field.annotation
-            adapter = TypeAdapter(Annotated[kind, *field.metadata] if field.metadata else kind)
-            values[name] = adapter.validate_python(raw)
-        except ValidationError as e:
-            raise ValueError(f"{prefix}{name.upper()}={raw!r}: {e.errors()[0]['msg']}") from None
-    return config_cls(**values)
 
 
 class LLMEngineResource(dg.ConfigurableResource, ABC):
@@ -143,15 +92,7 @@ class SimulatedEngineResource(LLMEngineResource, SimulatedEngineConfig):
     """
 
     def build_engine(self) -> LLMEngine:
-        from resources.sim.engine import SimulatedEngine
-
-        return SimulatedEngine(config=SimulatedEngineConfig.of(self))
-
-
-VLLM_ENV_PREFIX = "LLM_ASSETS_VLLM_"
-"""`VLLMEngineResource.model` left unset in config is read from `LLM_ASSETS_VLLM_MODEL` when
-the engine is built. (Only the model: Dagster fills in the default of a choice field such as
-`scheduling_policy`, so a variable could never override it.)"""
+        return build_engine("sim", SimulatedEngineConfig.of(self).model_dump())
 
 
 class VLLMEngineResource(LLMEngineResource, VLLMEngineConfig):
@@ -164,22 +105,11 @@ class VLLMEngineResource(LLMEngineResource, VLLMEngineConfig):
 
     def settings(self) -> VLLMEngineConfig:
         """The engine's config: fields set in config or code, else their environment
-        variable, else the default (`settings_from_env`)."""
-        given = self.model_dump(
-            include=self.model_fields_set & VLLMEngineConfig.model_fields.keys()
-        )
-        required = {"model": ()}
-        return settings_from_env(VLLMEngineConfig, given, VLLM_ENV_PREFIX, required, ["model"])
+        variable, else the default (`resources.environment.engine_settings`)."""
+        return engine_settings("vllm", _given(self, VLLMEngineConfig))
 
     def build_engine(self) -> LLMEngine:
-        from resources.vllm_engine import VLLMEngine
-
-        return VLLMEngine(config=self.settings())
-
-
-OPENAI_ENV_PREFIX = "LLM_ASSETS_OPENAI_"
-"""Every option of `OpenAIEngineResource` left unset in config is read from
-`LLM_ASSETS_OPENAI_<OPTION>` (e.g. `LLM_ASSETS_OPENAI_MAX_CONCURRENCY`) when the run starts."""
+        return build_engine("vllm", _given(self, VLLMEngineConfig))
 
 
 class OpenAIEngineResource(LLMEngineResource, OpenAIEngineConfig):
@@ -209,13 +139,9 @@ class OpenAIEngineResource(LLMEngineResource, OpenAIEngineConfig):
 
     def settings(self) -> OpenAIEngineConfig:
         """The engine's config: fields set in config or code, else their environment
-        variable, else the default (`settings_from_env`: a URL, given as `base_url` or
-        `base_urls`, and a model are required)."""
-        given = self.model_dump(
-            include=self.model_fields_set & OpenAIEngineConfig.model_fields.keys()
-        )
-        required = {"base_url": ("base_urls",), "model": ()}
-        return settings_from_env(OpenAIEngineConfig, given, OPENAI_ENV_PREFIX, required)
+        variable, else the default (`resources.environment.engine_settings`: a URL, given as
+        `base_url` or `base_urls`, and a model are required)."""
+        return engine_settings("openai", _given(self, OpenAIEngineConfig))
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         from resources.openai.wire import split_url_credentials
@@ -245,15 +171,7 @@ class OpenAIEngineResource(LLMEngineResource, OpenAIEngineConfig):
         super().setup_for_execution(context)
 
     def build_engine(self) -> LLMEngine:
-        from resources.openai.engine import OpenAIEngine
-
-        key = self.api_key or os.environ.get(OPENAI_ENV_PREFIX + "API_KEY") or None
-        return OpenAIEngine(config=self.settings(), api_key=key)
-
-
-LLAMA_CPP_ENV_PREFIX = "LLM_ASSETS_LLAMA_CPP_"
-"""Every option of `LlamaCppEngineResource` left unset in config is read from
-`LLM_ASSETS_LLAMA_CPP_<OPTION>` (e.g. `LLM_ASSETS_LLAMA_CPP_MODEL=gemma3-270m`)."""
+        return build_engine("openai", _given(self, OpenAIEngineConfig), api_key=self.api_key)
 
 
 class LlamaCppEngineResource(LLMEngineResource, LlamaCppEngineConfig):
@@ -267,16 +185,11 @@ class LlamaCppEngineResource(LLMEngineResource, LlamaCppEngineConfig):
 
     def settings(self) -> LlamaCppEngineConfig:
         """The engine's config: fields set in config or code, else their environment
-        variable, else the default (`settings_from_env`)."""
-        given = self.model_dump(
-            include=self.model_fields_set & LlamaCppEngineConfig.model_fields.keys()
-        )
-        return settings_from_env(LlamaCppEngineConfig, given, LLAMA_CPP_ENV_PREFIX, {})
+        variable, else the default (`resources.environment.engine_settings`)."""
+        return engine_settings("llama_cpp", _given(self, LlamaCppEngineConfig))
 
     def build_engine(self) -> LLMEngine:
-        from resources.llama_cpp.engine import LlamaCppEngine
-
-        return LlamaCppEngine(config=self.settings())
+        return build_engine("llama_cpp", _given(self, LlamaCppEngineConfig))
 
 
 class ResponseCacheResource(dg.ConfigurableResource):
@@ -295,8 +208,9 @@ class ResponseCacheResource(dg.ConfigurableResource):
         return ResponseCache(self.path) if self.enabled else ResponseCache.disabled()
 
 
-ENGINE_KINDS = ("sim", "vllm", "openai", "llama_cpp")
-"""The engines `engine_resource` builds: `LLM_ASSETS_ENGINE` and `llm-assets run --engine`."""
+def _given(resource: dg.ConfigurableResource, config_cls: type) -> dict:
+    """The fields of `config_cls` set on `resource` in config or code (not defaulted)."""
+    return resource.model_dump(include=resource.model_fields_set & config_cls.model_fields.keys())
 
 
 def engine_resource(kind: str, **fields) -> LLMEngineResource:

@@ -156,8 +156,8 @@ def run_hostile_case(case: str, rows: int, settings: Any) -> dict[str, Any]:
 def _implausible_report(requests: list, outcome: Any, engine: Any) -> dict[str, Any]:
     """What `implausible-usage` adds: how the rows given implausible usage ended, and the
     recorded cost against its bound (see the module docstring)."""
-    from llm_assets.assets.tracking import engine_costs
     from llm_assets.optimizer.cost import PRICING, token_cost_usd
+    from llm_assets.pipeline.pricing import engine_costs
     from resources.openai.wire import UsageBounds
 
     by_id = {r.id: r for r in outcome.responses}

@@ -30,10 +30,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pandas as pd
 
-from llm_assets.assets.tracking import engine_costs
 from llm_assets.pipeline.filtering import PAIR
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.plan import placeholder_columns, prompt_format, relquery_id
+from llm_assets.pipeline.pricing import engine_costs
 from llm_assets.pipeline.rows import INPUT, ROW
 from llm_assets.pipeline.run import run_query
 from llm_assets.pipeline.send import send_stage

@@ -13,29 +13,9 @@ from __future__ import annotations
 import re
 
 from llm_assets.assets.definition import partitions_label
-from llm_assets.optimizer.cost import PRICING, cost_usd, token_cost_usd
+from llm_assets.pipeline.pricing import engine_costs
 from llm_assets.pipeline.quality import SIM_NOTE
-from resources.engine import LLMEngine, RunStats
-
-
-def engine_costs(engine: LLMEngine, stats: RunStats) -> dict[str, float]:
-    """`cost_usd_<pricing>` per hosted pricing, plus GPU rental when the engine rents GPUs."""
-    rental = engine.gpu_rental
-    if rental is not None:
-        return cost_usd(
-            stats.prompt_tokens,
-            stats.cached_tokens,
-            stats.output_tokens,
-            stats.engine_time_s,
-            gpu=rental.gpu,
-            n_gpus=rental.num_gpus,
-        )
-    return {
-        f"cost_usd_{name}": token_cost_usd(
-            p, stats.prompt_tokens, stats.cached_tokens, stats.output_tokens
-        )
-        for name, p in PRICING.items()
-    }
+from resources.engine import RunStats
 
 
 def table_columns(metrics) -> list[str]:

@@ -132,12 +132,13 @@ class Switches:
 
 def build_engine(engine: str, gpu: str, model: str | None, policy: str, prefix_cache: bool):
     """An engine for the CLI, built the one way the code location builds it
-    (`resources.llm_resources.engine_resource`): the simulated one from the switches, or a
+    (`resources.environment.build_engine`, without Dagster): the simulated one from the
+    switches, or a
     real one from `--model` and the environment (LLM_ASSETS_OPENAI_BASE_URL, _MODEL, _API_KEY
     and LLM_ASSETS_OPENAI_<OPTION>; LLM_ASSETS_VLLM_MODEL and LLM_ASSETS_VLLM_<OPTION>;
     LLM_ASSETS_LLAMA_CPP_<OPTION>). A missing or bad setting (a model or llama-server not
     installed) is that function's one-line error."""
-    from resources.llm_resources import engine_resource
+    from resources.environment import build_engine as build
 
     fields: dict = {}
     if not prefix_cache and engine in ("sim", "vllm"):
@@ -149,7 +150,7 @@ def build_engine(engine: str, gpu: str, model: str | None, policy: str, prefix_c
     elif model is not None:
         fields["model"] = model
     try:
-        return engine_resource(engine, **fields).build_engine()
+        return build(engine, fields)
     except ValueError as exc:
         fail(str(exc))
 

@@ -32,7 +32,7 @@ class ProgressBar:
 def stats_report(stats, engine, wall_s: float) -> dict:
     """Requests, tokens, hit rate, engine time (simulated seconds on the sim), wall time and
     cost per pricing model: what `run` and `plan` print."""
-    from llm_assets.assets.tracking import engine_costs
+    from llm_assets.pipeline.pricing import engine_costs
 
     costs = engine_costs(engine, stats)
     return {

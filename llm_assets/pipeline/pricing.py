@@ -1,4 +1,5 @@
-"""`plan`'s price of one LLM stage: its planned requests simulated on the pricing engine.
+"""What a run costs (`engine_costs`, for `run`, `plan` and MLflow alike) and `plan`'s price of
+one LLM stage: its planned requests simulated on the pricing engine.
 
 Up to `EXACT_REQUESTS` sendable requests, every one is simulated in submission order, as `run`
 sends them: the figures are the run's own. Beyond that, a step-by-step simulation of every
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from llm_assets.optimizer.cost import PRICING, cost_usd, token_cost_usd
 from llm_assets.pipeline.plan import sendable
 from llm_assets.pipeline.send import requests_from_plan
 from llm_assets.query.parts import LLMCall
@@ -159,3 +161,23 @@ def price_stage(
         se = values.std(ddof=1) / math.sqrt(len(values)) if len(values) > 1 else 0.0
         relative_se[k] = float(se / mean) if mean else 0.0
     return stats, PriceSample(counted, n, windows, simulated, relative_se)
+
+
+def engine_costs(engine: LLMEngine, stats: RunStats) -> dict[str, float]:
+    """`cost_usd_<pricing>` per hosted pricing, plus GPU rental when the engine rents GPUs."""
+    rental = engine.gpu_rental
+    if rental is not None:
+        return cost_usd(
+            stats.prompt_tokens,
+            stats.cached_tokens,
+            stats.output_tokens,
+            stats.engine_time_s,
+            gpu=rental.gpu,
+            n_gpus=rental.num_gpus,
+        )
+    return {
+        f"cost_usd_{name}": token_cost_usd(
+            p, stats.prompt_tokens, stats.cached_tokens, stats.output_tokens
+        )
+        for name, p in PRICING.items()
+    }

@@ -18,8 +18,8 @@ import pytest
 from llm_assets import llm_query_assets
 from llm_assets.assets import checks
 from llm_assets.assets.definition import QueryDefinition
-from llm_assets.assets.tracking import engine_costs
 from llm_assets.optimizer.cost import GPU_USD_PER_HOUR
+from llm_assets.pipeline.pricing import engine_costs
 from llm_assets.pipeline.rows import ROW
 from resources.engine import EngineWrapper, Request
 from resources.llm_resources import SimulatedEngineResource
