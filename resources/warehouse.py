@@ -11,7 +11,10 @@ A step reads the version its upstream step wrote in the run Dagster names as the
 run, or the parent run of a re-execution); only an upstream asset that is not part of the run
 is read as its latest. So runs of one lineage at once never read each other's rows, and a
 version that is gone is an error, never a fallback. The last `keep_versions` versions per
-table are kept, plus every version whose run has not finished. An output replaces nothing in
+table are kept, plus every version whose run is not seen finished by the instance that
+prunes: a run of another Dagster instance sharing the home (another `DAGSTER_HOME`, an
+ephemeral instance) cannot be seen, so its versions are kept until `unknown_run_keep_s` old
+(`resources.run_liveness`). An output replaces nothing in
 place, so a table whose columns change between runs (another source file) or an empty result
 are stored as returned.
 
@@ -35,6 +38,7 @@ from sqlglot import exp
 
 from resources.duckdb_names import case_twin, duckdb_fold
 from resources.home import llm_assets_home
+from resources.run_liveness import Liveness
 
 VERSIONS = "_llm_assets_versions"
 SLOTS = "_llm_assets_partition_slots"
@@ -67,6 +71,9 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
     database: str
     keep_versions: int = 3
     lock_wait_s: float = 120.0
+    unknown_run_keep_s: float = 86400.0
+    """How long a version stays when its run belongs to another Dagster instance (its state
+    is invisible here): a run of another instance that lasts longer may lose its tables."""
 
     # ---- naming ------------------------------------------------------------------------
 
@@ -172,7 +179,7 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
                 ).sql(dialect="duckdb")
             )
             partitions = self._partitions(context)
-            self._prune(con, schema, name, version, context.run_id, _run_finished(context))
+            self._prune(con, schema, name, version, context.run_id, self._liveness(context))
             if partitions:
                 self._union_view(con, schema, context.asset_key.path[-1], name, partitions)
         finally:
@@ -181,26 +188,30 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             {"dagster/row_count": len(frame), "table": f"{schema}.{version}"}
         )
 
-    def _prune(self, con, schema, name, version, run_id, finished) -> None:
-        """Record `version` and drop the versions of `name` beyond the newest `keep_versions`,
-        except those of runs that have not finished (they may still read them)."""
+    def _liveness(self, context: dg.OutputContext) -> Liveness:
+        return Liveness(_instance(context), self.unknown_run_keep_s)
+
+    def _prune(self, con, schema, name, version, run_id, liveness: Liveness) -> None:
+        """Record `version` (with the writing instance) and drop the versions of `name` beyond
+        the newest `keep_versions` that `liveness` says may go (finished runs only)."""
         con.execute(
             f"CREATE TABLE IF NOT EXISTS {VERSIONS} "
             "(schema_name VARCHAR, slot VARCHAR, version VARCHAR, created DOUBLE)"
         )
         con.execute(f"ALTER TABLE {VERSIONS} ADD COLUMN IF NOT EXISTS run_id VARCHAR")
+        con.execute(f"ALTER TABLE {VERSIONS} ADD COLUMN IF NOT EXISTS instance_id VARCHAR")
         con.execute(
-            f"INSERT INTO {VERSIONS} (schema_name, slot, version, created, run_id) "
-            "VALUES (?, ?, ?, ?, ?)",
-            [schema, name, version, time.time(), run_id],
+            f"INSERT INTO {VERSIONS} (schema_name, slot, version, created, run_id, instance_id) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [schema, name, version, time.time(), run_id, liveness.identity],
         )
         old = con.execute(
-            f"SELECT version, run_id FROM {VERSIONS} WHERE schema_name = ? AND slot = ? "
-            "ORDER BY created DESC OFFSET ?",
+            f"SELECT version, run_id, instance_id, created FROM {VERSIONS} "
+            "WHERE schema_name = ? AND slot = ? ORDER BY created DESC OFFSET ?",
             [schema, name, self.keep_versions],
         ).fetchall()
-        for stale, stale_run in old:
-            if stale_run and not finished(stale_run):
+        for stale, stale_run, writer, created in old:
+            if not liveness.may_drop(stale_run, writer, created):
                 continue  # a live run may still read it; a later write prunes it
             drop = exp.Drop(tables=[self._t(schema, stale)], kind="TABLE", exists=True)
             con.execute(drop.sql(dialect="duckdb"))
@@ -285,18 +296,12 @@ def _source_run(context: dg.InputContext) -> str | None:
     return None if run_id == RUN_ID_PLACEHOLDER else run_id
 
 
-def _run_finished(context: dg.OutputContext):
-    """run id -> whether that run has finished (True when there is no instance to ask)."""
+def _instance(context: dg.OutputContext):
+    """The Dagster instance of the run writing this output; None outside a run."""
     try:
-        instance = context.step_context.instance
+        return context.step_context.instance
     except (dg.DagsterInvariantViolationError, AttributeError):
-        return lambda run_id: True
-
-    def finished(run_id: str) -> bool:
-        run = instance.get_run_by_id(run_id)
-        return run is None or run.is_finished
-
-    return finished
+        return None
 
 
 def warehouse_io_manager(database: str | None = None) -> WarehouseIOManager:
