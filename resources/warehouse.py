@@ -4,7 +4,8 @@ Each materialization is stored as its own version, `<prefix>."<name>__r_<run id>
 partition adds `__p_<hash>` to the name; a run over several partitions, a backfill packed by
 `BackfillPolicy.multi_run`, stores its one table under the hash of its keys), and the view
 `<prefix>."<name>"` points at the latest one (what a user queries). A partitioned asset's
-view is every partition's latest rows at once, with the partition key(s) in `_partition`;
+view is every live partition's latest rows at once, with the partition key(s) in
+`_partition` (`resources.warehouse_slots`: a partition whose landed file is gone is retired);
 each slot's own latest is the view `<prefix>."<name>__p_<hash>"`.
 
 A step reads the version its upstream step wrote in the run Dagster names as the source (this
@@ -39,9 +40,9 @@ from sqlglot import exp
 from resources.duckdb_names import case_twin, duckdb_fold
 from resources.home import llm_assets_home
 from resources.run_liveness import Liveness
+from resources.warehouse_slots import reconcile, record_slot
 
 VERSIONS = "_llm_assets_versions"
-SLOTS = "_llm_assets_partition_slots"
 CATALOG = "llm-assets-warehouse"
 """The name the file is attached under: no query name (an identifier) can collide with it; an
 asset key whose prefix is this name (any case) would be ambiguous in DuckDB, and is refused."""
@@ -181,7 +182,8 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             partitions = self._partitions(context)
             self._prune(con, schema, name, version, context.run_id, self._liveness(context))
             if partitions:
-                self._union_view(con, schema, context.asset_key.path[-1], name, partitions)
+                asset = context.asset_key.path[-1]
+                record_slot(con, schema, asset, name, list(partitions), self._t)
         finally:
             con.close()
         context.add_output_metadata(
@@ -219,41 +221,20 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
                 f"DELETE FROM {VERSIONS} WHERE schema_name = ? AND version = ?", [schema, stale]
             )
 
-    def _union_view(self, con, schema: str, asset: str, slot: str, partitions) -> None:
-        """`<schema>."<asset>"`: the latest rows of every partition, newest slot first; a
-        slot is left out when newer slots already cover all its keys."""
-        con.execute(
-            f"CREATE TABLE IF NOT EXISTS {SLOTS} "
-            "(schema_name VARCHAR, asset VARCHAR, slot VARCHAR, keys VARCHAR[], created DOUBLE)"
-        )
-        con.execute(
-            f"DELETE FROM {SLOTS} WHERE schema_name = ? AND asset = ? AND slot = ?",
-            [schema, asset, slot],
-        )
-        con.execute(
-            f"INSERT INTO {SLOTS} VALUES (?, ?, ?, ?, ?)",
-            [schema, asset, slot, list(partitions), time.time()],
-        )
-        rows = con.execute(
-            f"SELECT slot, keys FROM {SLOTS} WHERE schema_name = ? AND asset = ? "
-            "ORDER BY created DESC",
-            [schema, asset],
-        ).fetchall()
-        covered: set[str] = set()
-        parts = []
-        for each_slot, keys in rows:
-            if set(keys) <= covered:
-                continue
-            covered |= set(keys)
-            parts.append(
-                exp.select(
-                    exp.alias_(exp.Literal.string(", ".join(keys)), "_partition", quoted=True),
-                    exp.Star(),
-                ).from_(self._t(schema, each_slot))
-            )
-        union = " UNION ALL BY NAME ".join(p.sql(dialect="duckdb") for p in parts)
-        view = self._t(schema, asset).sql(dialect="duckdb")
-        con.execute(f"CREATE OR REPLACE VIEW {view} AS {union}")
+    def reconcile_partitions(self, schema: str, live: list[str]) -> dict[str, list[str]]:
+        """Retire the partitions of `schema`'s assets whose landed file is not in `live` (they
+        stop contributing rows to the union views); `warehouse_slots.reconcile`."""
+        for attempt in range(50):
+            con = self._connect()
+            try:
+                return reconcile(con, schema, live, self._t)
+            except duckdb.TransactionException:
+                if attempt == 49:
+                    raise
+                time.sleep(0.1 * (1 + attempt % 5))
+            finally:
+                con.close()
+        raise AssertionError("unreachable")
 
     def load_input(self, context: dg.InputContext) -> pd.DataFrame:
         key = context.asset_key
