@@ -143,3 +143,15 @@ def test_eight_runs_at_once_on_postgres_each_hold_their_own_rows(make_defs, tmp_
     assert_all_ran(results, errors, len(sizes))
     for k, size in enumerate(sizes):
         assert_own_rows(results[k], size)
+
+
+def test_the_fault_matrix_fails_a_case_where_a_run_did_not_run():
+    """`benchmarks.faults` acceptance: 7 of 8 runs is a failure even with 0 lost, 0 mixed."""
+    from benchmarks.faults import _acceptance
+
+    def result(ran):
+        row = {"lost": 0, "mixed": 0, "runs_ran": ran, "runs_at_once": 8}
+        return {"settings": {"chunk_size": 10}, "faults": {"concurrent-runs-8-postgres": row}}
+
+    assert _acceptance(result(8)) == []
+    assert _acceptance(result(7)) == ["concurrent-runs-8-postgres: 7 of 8 runs ran"]
