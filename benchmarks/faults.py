@@ -7,9 +7,10 @@ scenario lost a row, a kill -9 rerun resent more than one chunk, 10% 503 left a 
 unanswered, a hostile case (drip-feed, endless body, dead server) ran past its documented
 bound, the wrong-key case sent more than `max_concurrency` requests, or:
 
-- a product-path case (`concurrent-runs`, `concurrent-runs-5`, `stray-byte`, `half-written`)
-  has a `mixed` row: a result row that is not its own source's, or whose text differs from
-  what was written;
+- a concurrent-runs case had a run that did not run to success (`runs_ran` < `runs_at_once`);
+- a product-path case (`concurrent-runs`, `concurrent-runs-5`, `concurrent-runs-8-postgres`,
+  `stray-byte`, `half-written`) has a `mixed` row: a result row that is not its own source's,
+  or whose text differs from what was written;
 - `stray-byte`: the file was not refused by default, or the refusal did not name its file,
   line and column;
 - `half-written`: the landing sensor asked for a run while a file was being written or under
@@ -49,6 +50,8 @@ def _acceptance(result: dict) -> list[str]:
     if r503 is not None and r503["answered"] != r503["rows_in"]:
         problems.append(f"503: only {r503['answered']} of {r503['rows_in']} rows answered")
     for name, row in result["faults"].items():
+        if "runs_ran" in row and row["runs_ran"] != row["runs_at_once"]:
+            problems.append(f"{name}: {row['runs_ran']} of {row['runs_at_once']} runs ran")
         if row.get("mixed"):
             problems.append(f"{name}: {row['mixed']} rows mixed or garbled")
     stray = result["faults"].get("stray-byte")
@@ -77,8 +80,9 @@ def _acceptance(result: dict) -> list[str]:
 
 
 DETAILS: dict[str, tuple[str, ...]] = {
-    "concurrent-runs": ("sizes", "runs_failed"),
-    "concurrent-runs-5": ("sizes", "runs_failed"),
+    "concurrent-runs": ("sizes", "runs_ran", "runs_failed"),
+    "concurrent-runs-5": ("sizes", "runs_ran", "runs_failed"),
+    "concurrent-runs-8-postgres": ("sizes", "runs_ran", "runs_failed"),
     "stray-byte": ("default_refused", "default_error_names_place", "replaced_rows"),
     "half-written": ("settle_seconds", "runs_requested", "runs_requested_early", "runs_per_file"),
     "implausible-usage": ("implausible_rows", "implausible_answered",

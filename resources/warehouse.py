@@ -4,14 +4,18 @@ Each materialization is stored as its own version, `<prefix>."<name>__r_<run id>
 partition adds `__p_<hash>` to the name; a run over several partitions, a backfill packed by
 `BackfillPolicy.multi_run`, stores its one table under the hash of its keys), and the view
 `<prefix>."<name>"` points at the latest one (what a user queries). A partitioned asset's
-view is every partition's latest rows at once, with the partition key(s) in `_partition`;
+view is every live partition's latest rows at once, with the partition key(s) in
+`_partition` (`resources.warehouse_slots`: a partition whose landed file is gone is retired);
 each slot's own latest is the view `<prefix>."<name>__p_<hash>"`.
 
 A step reads the version its upstream step wrote in the run Dagster names as the source (this
 run, or the parent run of a re-execution); only an upstream asset that is not part of the run
 is read as its latest. So runs of one lineage at once never read each other's rows, and a
 version that is gone is an error, never a fallback. The last `keep_versions` versions per
-table are kept, plus every version whose run has not finished. An output replaces nothing in
+table are kept, plus every version whose run is not seen finished by the instance that
+prunes: a run of another Dagster instance sharing the home (another `DAGSTER_HOME`, an
+ephemeral instance) cannot be seen, so its versions are kept until `unknown_run_keep_s` old
+(`resources.run_liveness`). An output replaces nothing in
 place, so a table whose columns change between runs (another source file) or an empty result
 are stored as returned.
 
@@ -35,9 +39,10 @@ from sqlglot import exp
 
 from resources.duckdb_names import case_twin, duckdb_fold
 from resources.home import llm_assets_home
+from resources.run_liveness import Liveness
+from resources.warehouse_slots import reconcile, record_slot
 
 VERSIONS = "_llm_assets_versions"
-SLOTS = "_llm_assets_partition_slots"
 CATALOG = "llm-assets-warehouse"
 """The name the file is attached under: no query name (an identifier) can collide with it; an
 asset key whose prefix is this name (any case) would be ambiguous in DuckDB, and is refused."""
@@ -67,6 +72,9 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
     database: str
     keep_versions: int = 3
     lock_wait_s: float = 120.0
+    unknown_run_keep_s: float = 86400.0
+    """How long a version stays when its run belongs to another Dagster instance (its state
+    is invisible here): a run of another instance that lasts longer may lose its tables."""
 
     # ---- naming ------------------------------------------------------------------------
 
@@ -172,35 +180,40 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
                 ).sql(dialect="duckdb")
             )
             partitions = self._partitions(context)
-            self._prune(con, schema, name, version, context.run_id, _run_finished(context))
+            self._prune(con, schema, name, version, context.run_id, self._liveness(context))
             if partitions:
-                self._union_view(con, schema, context.asset_key.path[-1], name, partitions)
+                asset = context.asset_key.path[-1]
+                record_slot(con, schema, asset, name, list(partitions), self._t)
         finally:
             con.close()
         context.add_output_metadata(
             {"dagster/row_count": len(frame), "table": f"{schema}.{version}"}
         )
 
-    def _prune(self, con, schema, name, version, run_id, finished) -> None:
-        """Record `version` and drop the versions of `name` beyond the newest `keep_versions`,
-        except those of runs that have not finished (they may still read them)."""
+    def _liveness(self, context: dg.OutputContext) -> Liveness:
+        return Liveness(_instance(context), self.unknown_run_keep_s)
+
+    def _prune(self, con, schema, name, version, run_id, liveness: Liveness) -> None:
+        """Record `version` (with the writing instance) and drop the versions of `name` beyond
+        the newest `keep_versions` that `liveness` says may go (finished runs only)."""
         con.execute(
             f"CREATE TABLE IF NOT EXISTS {VERSIONS} "
             "(schema_name VARCHAR, slot VARCHAR, version VARCHAR, created DOUBLE)"
         )
         con.execute(f"ALTER TABLE {VERSIONS} ADD COLUMN IF NOT EXISTS run_id VARCHAR")
+        con.execute(f"ALTER TABLE {VERSIONS} ADD COLUMN IF NOT EXISTS instance_id VARCHAR")
         con.execute(
-            f"INSERT INTO {VERSIONS} (schema_name, slot, version, created, run_id) "
-            "VALUES (?, ?, ?, ?, ?)",
-            [schema, name, version, time.time(), run_id],
+            f"INSERT INTO {VERSIONS} (schema_name, slot, version, created, run_id, instance_id) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [schema, name, version, time.time(), run_id, liveness.identity],
         )
         old = con.execute(
-            f"SELECT version, run_id FROM {VERSIONS} WHERE schema_name = ? AND slot = ? "
-            "ORDER BY created DESC OFFSET ?",
+            f"SELECT version, run_id, instance_id, created FROM {VERSIONS} "
+            "WHERE schema_name = ? AND slot = ? ORDER BY created DESC OFFSET ?",
             [schema, name, self.keep_versions],
         ).fetchall()
-        for stale, stale_run in old:
-            if stale_run and not finished(stale_run):
+        for stale, stale_run, writer, created in old:
+            if not liveness.may_drop(stale_run, writer, created):
                 continue  # a live run may still read it; a later write prunes it
             drop = exp.Drop(tables=[self._t(schema, stale)], kind="TABLE", exists=True)
             con.execute(drop.sql(dialect="duckdb"))
@@ -208,41 +221,20 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
                 f"DELETE FROM {VERSIONS} WHERE schema_name = ? AND version = ?", [schema, stale]
             )
 
-    def _union_view(self, con, schema: str, asset: str, slot: str, partitions) -> None:
-        """`<schema>."<asset>"`: the latest rows of every partition, newest slot first; a
-        slot is left out when newer slots already cover all its keys."""
-        con.execute(
-            f"CREATE TABLE IF NOT EXISTS {SLOTS} "
-            "(schema_name VARCHAR, asset VARCHAR, slot VARCHAR, keys VARCHAR[], created DOUBLE)"
-        )
-        con.execute(
-            f"DELETE FROM {SLOTS} WHERE schema_name = ? AND asset = ? AND slot = ?",
-            [schema, asset, slot],
-        )
-        con.execute(
-            f"INSERT INTO {SLOTS} VALUES (?, ?, ?, ?, ?)",
-            [schema, asset, slot, list(partitions), time.time()],
-        )
-        rows = con.execute(
-            f"SELECT slot, keys FROM {SLOTS} WHERE schema_name = ? AND asset = ? "
-            "ORDER BY created DESC",
-            [schema, asset],
-        ).fetchall()
-        covered: set[str] = set()
-        parts = []
-        for each_slot, keys in rows:
-            if set(keys) <= covered:
-                continue
-            covered |= set(keys)
-            parts.append(
-                exp.select(
-                    exp.alias_(exp.Literal.string(", ".join(keys)), "_partition", quoted=True),
-                    exp.Star(),
-                ).from_(self._t(schema, each_slot))
-            )
-        union = " UNION ALL BY NAME ".join(p.sql(dialect="duckdb") for p in parts)
-        view = self._t(schema, asset).sql(dialect="duckdb")
-        con.execute(f"CREATE OR REPLACE VIEW {view} AS {union}")
+    def reconcile_partitions(self, schema: str, live: list[str]) -> dict[str, list[str]]:
+        """Retire the partitions of `schema`'s assets whose landed file is not in `live` (they
+        stop contributing rows to the union views); `warehouse_slots.reconcile`."""
+        for attempt in range(50):
+            con = self._connect()
+            try:
+                return reconcile(con, schema, live, self._t)
+            except duckdb.TransactionException:
+                if attempt == 49:
+                    raise
+                time.sleep(0.1 * (1 + attempt % 5))
+            finally:
+                con.close()
+        raise AssertionError("unreachable")
 
     def load_input(self, context: dg.InputContext) -> pd.DataFrame:
         key = context.asset_key
@@ -285,18 +277,12 @@ def _source_run(context: dg.InputContext) -> str | None:
     return None if run_id == RUN_ID_PLACEHOLDER else run_id
 
 
-def _run_finished(context: dg.OutputContext):
-    """run id -> whether that run has finished (True when there is no instance to ask)."""
+def _instance(context: dg.OutputContext):
+    """The Dagster instance of the run writing this output; None outside a run."""
     try:
-        instance = context.step_context.instance
+        return context.step_context.instance
     except (dg.DagsterInvariantViolationError, AttributeError):
-        return lambda run_id: True
-
-    def finished(run_id: str) -> bool:
-        run = instance.get_run_by_id(run_id)
-        return run is None or run.is_finished
-
-    return finished
+        return None
 
 
 def warehouse_io_manager(database: str | None = None) -> WarehouseIOManager:

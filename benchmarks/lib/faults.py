@@ -28,8 +28,9 @@ given usage their request cannot have ended, and the recorded cost against its b
 The product-path cases go through Dagster in process on the sim engine, and check each result
 row against what its own source holds, so they add `mixed`: result rows that are not their
 source's, or whose text differs from what was written (must be 0, like `lost`):
-`concurrent-runs` (2 runs) and `concurrent-runs-5` (5 runs of distinct sizes, one shared
-instance, one kept version per table) of q1's lineage at once on one home
+`concurrent-runs` (2 runs), `concurrent-runs-5` (5 runs of distinct sizes, one shared
+instance, one kept version per table) and `concurrent-runs-8-postgres` (8 such runs, the
+instance's storage a real PostgreSQL) of q1's lineage at once on one home
 (`benchmarks.lib.concurrent_runs`); `stray-byte` (a UTF-8 file with one invalid byte: refused
 by default with file, line and column, run with `encoding_errors: replace`) and `half-written`
 (the landing sensor looking at a file while it is written, and at a temporary name)
@@ -101,6 +102,10 @@ FAULT_MATRIX += (
         description="five runs of q1's lineage at once, distinct sizes, one kept version",
     ),
     FaultScenario(
+        "concurrent-runs-8-postgres",
+        description="eight runs at once, distinct sizes, one kept version, Dagster on Postgres",
+    ),
+    FaultScenario(
         "stray-byte", description="UTF-8 file, accented rows, one invalid byte (replace)"
     ),
     FaultScenario(
@@ -111,7 +116,8 @@ FAULT_MATRIX += (
 `concurrent-runs` and `concurrent-runs-5` run Dagster runs in process
 (`benchmarks.lib.concurrent_runs`), `stray-byte` and `half-written` a declared query's assets
 (`benchmarks.lib.input_faults`)."""
-PRODUCT_CASES: tuple[str, ...] = ("concurrent-runs", "concurrent-runs-5", "stray-byte",
+PRODUCT_CASES: tuple[str, ...] = ("concurrent-runs", "concurrent-runs-5",
+                                  "concurrent-runs-8-postgres", "stray-byte",
                                   "half-written")  # fmt: skip
 """The cases that check result rows against their source (they report `mixed`)."""
 SMOKE_FAULTS: tuple[str, ...] = ("none", "503", "hang", "drop", "malformed", "kill9")
@@ -182,6 +188,8 @@ def _product_case(name: str, rows: int, scratch: Path) -> dict[str, Any]:
         return concurrent_runs_case(rows, scratch)
     if name == "concurrent-runs-5":
         return concurrent_runs_case(rows, scratch, runs=5)
+    if name == "concurrent-runs-8-postgres":
+        return concurrent_runs_case(rows, scratch, runs=8)
     if name == "stray-byte":
         return stray_byte_case(rows, scratch)
     return half_written_case(rows, scratch)

@@ -181,6 +181,7 @@ def half_written_case(rows: int, workdir: Path, *, settle_seconds: float = 1.0) 
     import dagster as dg
 
     from llm_assets import llm_query_assets
+    from resources.warehouse import warehouse_io_manager
 
     folder = workdir / "half-written"
     landing = folder / "landing"
@@ -203,7 +204,11 @@ def half_written_case(rows: int, workdir: Path, *, settle_seconds: float = 1.0) 
         def look(writing: tuple[str, ...] = ()) -> None:
             """One sensor evaluation; each run it asks for is materialized at once. A run is
             early when its file is in `writing` (not yet complete) or has a temporary name."""
-            context = dg.build_sensor_context(instance=instance, cursor=state["cursor"])
+            context = dg.build_sensor_context(
+                instance=instance,
+                cursor=state["cursor"],
+                resources={"io_manager": warehouse_io_manager()},
+            )
             result = sensor(context)
             state["cursor"] = result.cursor
             for added in result.dynamic_partitions_requests or []:

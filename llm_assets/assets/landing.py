@@ -89,6 +89,39 @@ def _cursor(context: dg.SensorEvaluationContext) -> tuple[dict, dict]:
         return {}, {}
 
 
+def _reconcile(
+    context: dg.SensorEvaluationContext,
+    qdef: QueryDefinition,
+    files: list[Path],
+    known: set,
+    warehouse: dg.IOManager,
+) -> tuple[list[str], set[str]]:
+    """(known partitions whose file is gone: to delete, live files to run again alone). The
+    warehouse retires the gone files' partitions, so they stop contributing rows to the
+    query's tables (`resources.warehouse_slots`). Nothing is retired while the folder itself
+    is missing (an unmounted share is not a deletion)."""
+    folder = Path(qdef.landing.folder)
+    if not folder.is_dir():
+        context.log.warning(f"landing folder {folder} is missing; its partitions are kept")
+        return [], set()
+    names = sorted(path.name for path in files)
+    alone: set[str] = set()
+    if hasattr(warehouse, "reconcile_partitions"):
+        outcome = warehouse.reconcile_partitions(qdef.name, names)
+        alone = set(outcome["rerun"])
+        if outcome["retired"]:
+            context.log.info(
+                f"{len(outcome['retired'])} file(s) gone from {folder}, their rows retired: "
+                + ", ".join(outcome["retired"][:10])
+            )
+    else:
+        context.log.warning(
+            f"io_manager {type(warehouse).__name__} cannot retire partitions: rows of files "
+            f"gone from {folder} stay in {qdef.name}'s tables"
+        )
+    return sorted(known - set(names)), alone
+
+
 def landing_sensor(qdef: QueryDefinition) -> dg.SensorDefinition:
     landing = qdef.landing
     partitions = qdef.partitions_def
@@ -103,7 +136,8 @@ def landing_sensor(qdef: QueryDefinition) -> dg.SensorDefinition:
         description=f"One partition and one run of {qdef.name} per new file in {landing.folder}, "
         f"once its size and time have stood still {landing.settle_seconds:g} s.",
     )
-    def sensor(context: dg.SensorEvaluationContext):
+    def sensor(context: dg.SensorEvaluationContext, io_manager: dg.ResourceParam[dg.IOManager]):
+        # io_manager: the warehouse, to retire the partitions whose file is gone (`_reconcile`)
         files, ignored = landed_files(qdef)
         for message in ignored:
             context.log.warning(message)
@@ -145,7 +179,26 @@ def landing_sensor(qdef: QueryDefinition) -> dg.SensorDefinition:
         cursor = json.dumps({"seen": seen, "launched": launched}, separators=(",", ":"))
         known = set(context.instance.get_dynamic_partitions(partitions.name))
         new = [name for _, name, _ in asked if name not in known]
-        if not asked:
+        gone, alone = _reconcile(context, qdef, files, known, io_manager)
+        requests = [
+            dg.RunRequest(
+                partition_key=name, run_key=f"{name}:{mtime_ns}", tags={"landing_file": str(path)}
+            )
+            for mtime_ns, name, path in asked
+        ]
+        asked_names = {name for _, name, _ in asked}
+        requests += [
+            dg.RunRequest(
+                partition_key=path.name,
+                run_key=f"{path.name}:{path.stat().st_mtime_ns}:alone",
+                tags={"landing_file": str(path)},
+            )
+            for path in files
+            if path.name in alone and path.name not in asked_names and path.exists()
+        ]
+        changes = [partitions.build_add_request(new)] if new else []
+        changes += [partitions.build_delete_request(gone)] if gone else []
+        if not requests:
             reason = (
                 f"no file in {landing.folder}"
                 if not files
@@ -153,20 +206,13 @@ def landing_sensor(qdef: QueryDefinition) -> dg.SensorDefinition:
                 if settling
                 else f"no new file in {landing.folder}"
             )
-            return dg.SensorResult(skip_reason=reason, cursor=cursor)
+            return dg.SensorResult(
+                skip_reason=reason, cursor=cursor, dynamic_partitions_requests=changes
+            )
         # A run key per (file, modification time): Dagster launches each once, so a file
         # written again is run again, and an unchanged one never twice.
         return dg.SensorResult(
-            run_requests=[
-                dg.RunRequest(
-                    partition_key=name,
-                    run_key=f"{name}:{mtime_ns}",
-                    tags={"landing_file": str(path)},
-                )
-                for mtime_ns, name, path in asked
-            ],
-            dynamic_partitions_requests=[partitions.build_add_request(new)] if new else [],
-            cursor=cursor,
+            run_requests=requests, dynamic_partitions_requests=changes, cursor=cursor
         )
 
     return sensor

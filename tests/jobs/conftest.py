@@ -1,5 +1,6 @@
 import pytest
 
+from benchmarks.lib.postgres import PostgresUnavailable, postgres_server
 from jobs.definitions import build_defs
 from jobs.resources import resources_for
 
@@ -9,6 +10,17 @@ def home(tmp_path, monkeypatch):
     """A fresh $LLM_ASSETS_HOME per test (DuckDB warehouse, MLflow store, landing folder)."""
     monkeypatch.setenv("LLM_ASSETS_HOME", str(tmp_path / "home"))
     return tmp_path / "home"
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL server (Debian's binaries) for the session; skips in one line where
+    it cannot start. `.ci/run` installs Debian's `postgresql` where it is missing."""
+    try:
+        with postgres_server() as server:
+            yield server
+    except PostgresUnavailable as exc:
+        pytest.skip(f"PostgreSQL cannot start here: {exc}")
 
 
 @pytest.fixture

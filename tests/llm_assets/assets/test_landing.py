@@ -13,6 +13,7 @@ from jobs.resources import resources_for
 from llm_assets import llm_query_assets
 from llm_assets.assets.definition import QueryDefinition
 from llm_assets.assets.landing import landed_files
+from resources.warehouse import warehouse_io_manager
 
 SQL = "SELECT r.id, LLM('Summarize {review}', r.review) AS summary FROM reviews r"
 
@@ -23,6 +24,11 @@ def landing(tmp_path, monkeypatch):
     folder = tmp_path / "landing"
     folder.mkdir()
     return folder
+
+
+def WAREHOUSE():  # noqa: N802 - reads as the resource it returns
+    """The sensor's resources: the warehouse under this test's $LLM_ASSETS_HOME."""
+    return {"io_manager": warehouse_io_manager()}
 
 
 def sensor_of(defs):
@@ -39,7 +45,9 @@ def age(*paths, seconds=60.0):
 
 def look(sensor, instance, cursor=None):
     """One sensor evaluation: (partition keys asked for, the cursor for the next look)."""
-    result = sensor(dg.build_sensor_context(instance=instance, cursor=cursor))
+    result = sensor(
+        dg.build_sensor_context(instance=instance, cursor=cursor, resources=WAREHOUSE())
+    )
     return [r.partition_key for r in result.run_requests], result.cursor
 
 
@@ -52,7 +60,7 @@ def test_each_new_file_is_a_partition_and_one_run(landing):
     (landing / "notes.txt").write_text("not a table")
     age(landing / "a.csv", landing / "b.tsv")  # written a minute ago: settled
     with dg.instance_for_test() as instance:
-        result = sensor(dg.build_sensor_context(instance=instance))
+        result = sensor(dg.build_sensor_context(instance=instance, resources=WAREHOUSE()))
         keys = [r.partition_key for r in result.run_requests]
         assert keys == ["a.csv", "b.tsv"]
         (added,) = result.dynamic_partitions_requests

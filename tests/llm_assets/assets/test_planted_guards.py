@@ -23,6 +23,7 @@ from llm_assets.pipeline.pricing import engine_costs
 from llm_assets.pipeline.rows import ROW
 from resources.engine import EngineWrapper, Request
 from resources.llm_resources import SimulatedEngineResource
+from resources.warehouse import warehouse_io_manager
 
 # ---- landing: a rewritten file is run again ------------------------------------------------
 
@@ -49,7 +50,11 @@ def test_a_landed_file_written_again_is_run_again_and_an_unchanged_one_never_twi
 
     def requests(instance) -> dict[str, str]:
         """run key -> partition of one sensor evaluation."""
-        result = sensor(dg.build_sensor_context(instance=instance))
+        result = sensor(
+            dg.build_sensor_context(
+                instance=instance, resources={"io_manager": warehouse_io_manager()}
+            )
+        )
         return {r.run_key: r.partition_key for r in result.run_requests}
 
     with dg.instance_for_test() as instance:
