@@ -50,6 +50,14 @@ MEASURES: Mapping[str, tuple[str, ...]] = {
         "benchmarks/lib/input_faults.py",
         "benchmarks/lib/concurrent_runs.py",
     ),  # fmt: skip
+    "faults_concurrent": (
+        "llm_assets",
+        "resources/warehouse.py",
+        "resources/warehouse_slots.py",
+        "resources/run_liveness.py",
+        "benchmarks/lib/concurrent_runs.py",
+        "benchmarks/lib/postgres.py",
+    ),  # fmt: skip
     "fidelity": (*_SIM, "benchmarks/fidelity.py"),
     "fleet": (
         *_OPENAI,
@@ -180,9 +188,15 @@ STALE_MARK = "> **Stale**: "
 
 def mark(name: str) -> str:
     """Set or clear result `name`'s `stale` (JSON) and its markdown's **Stale** header line
-    from `changes_since`; the status line printed by `main`."""
+    from `changes_since`; the status line printed by `main`. A result without `commit` is
+    stamped with the commit that recorded its file (`commit_note` says so)."""
     path = RESULTS / f"{name}.json"
     doc = json.loads(path.read_text(encoding="utf-8"))
+    if "commit" not in doc:
+        recorded = git("log", "-1", "--format=%H", "--", f"benchmarks/results/{name}.json")
+        doc = {"commit": git("rev-parse", "--short=12", recorded), "dirty": False,
+               "commit_note": "stamped afterwards: the commit that recorded this file",
+               "command": doc.get("command"), **doc}  # fmt: skip
     changes = changes_since(name, doc)
     doc.pop("stale", None)
     note = None
