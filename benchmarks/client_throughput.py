@@ -1,7 +1,7 @@
 """How many requests per second one client process sustains over N replicas (issue 20, item 7).
 
     python -m benchmarks.client_throughput [--requests 3000] [--replicas 1 2 4 8]
-        [--backends stub sim] [--paths httpx lean] [--profile PATH.prof] [--out PATH.json]
+        [--backends stub sim] [--paths httpx lean aiohttp] [--profile PATH.prof] [--out PATH.json]
 
 One `OpenAIEngine` (routing `affinity`, `max_concurrency` lanes per replica, the engine's
 defaults otherwise) runs `--requests` short completions (unique ~120-character prompts, each
@@ -16,7 +16,10 @@ its own prefix group, `max_tokens=1`) against N server processes on 127.0.0.1, p
 
 and per client path (`benchmarks.client_throughput.client_path`): `lean`, the engine as it
 is (plain-http completions over its own HTTP/1.1 connections, `resources.openai.lean`),
-and `httpx`, every completion through httpx as before the lean path.
+`httpx`, every completion through httpx as before the lean path, and `aiohttp`, every
+completion through aiohttp (its C HTTP parser, one `ClientSession` with a keep-alive
+connector per worker task, as the lean path keeps one connection per lane): the library
+candidate that could replace the hand-written path.
 
 Per row: `requests_per_s` (requests / wall seconds of one `engine.run` of all of them, after
 a short warm-up run), `client_cpu_ms_per_request` (`time.process_time` of the client process
@@ -53,6 +56,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from benchmarks.lib.fault_setup import healthy_base_url, stop_process
+from benchmarks.lib.provenance import write_result
 from resources.engine import Request
 from resources.openai import attempt as openai_attempt
 from resources.openai.engine import OpenAIEngine
@@ -169,20 +173,55 @@ class _Process:
         return self.proc.pid
 
 
+PATHS = ("httpx", "lean", "aiohttp")
+
+
+async def _post_aiohttp(settings, client, url, body, headers):
+    """`openai.attempt._post_httpx`'s contract over aiohttp: (status, reason, Retry-After,
+    body), the body capped at `max_reply_bytes`; one session per worker task."""
+    import aiohttp
+
+    task = asyncio.current_task()
+    session = _AIOHTTP_SESSIONS.get(task)
+    if session is None:
+        connector = aiohttp.TCPConnector(limit=1, keepalive_timeout=30)
+        session = _AIOHTTP_SESSIONS[task] = aiohttp.ClientSession(connector=connector)
+    cap = settings.config.max_reply_bytes
+    try:
+        async with session.post(url, json=body, headers=headers) as reply:
+            data = await reply.content.read(cap + 1)
+            if len(data) > cap:
+                raise openai_attempt.RequestFailed(
+                    f"reply body over max_reply_bytes={cap}", retryable=True
+                )
+            return reply.status, reply.reason or "", reply.headers.get("retry-after"), data
+    except aiohttp.ClientError as exc:
+        raise openai_attempt.RequestFailed(
+            f"connection error: {type(exc).__name__}", retryable=True, dead=True
+        ) from None
+
+
+_AIOHTTP_SESSIONS: dict = {}
+
+
 @contextmanager
 def client_path(path: str) -> Iterator[None]:
     """`lean`: the engine as it is (plain-http completions over its own HTTP/1.1 streams);
     `httpx`: every completion through httpx, as before the lean path (what
-    `openai.attempt.post_once` does for https, client auth or a proxy)."""
-    if path not in ("lean", "httpx"):
+    `openai.attempt.post_once` does for https, client auth or a proxy); `aiohttp`: every
+    completion through aiohttp (`_post_aiohttp`, in place of the httpx call)."""
+    if path not in PATHS:
         raise ValueError(f"unknown client path {path!r}")
-    saved = openai_attempt.lean_target
-    if path == "httpx":
+    saved = openai_attempt.lean_target, openai_attempt._post_httpx
+    if path != "lean":
         openai_attempt.lean_target = lambda client, url: None
+    if path == "aiohttp":
+        openai_attempt._post_httpx = _post_aiohttp
     try:
         yield
     finally:
-        openai_attempt.lean_target = saved
+        openai_attempt.lean_target, openai_attempt._post_httpx = saved
+        _AIOHTTP_SESSIONS.clear()
 
 
 @contextmanager
@@ -289,7 +328,7 @@ def run(
     replicas: Sequence[int],
     num_requests: int,
     *,
-    paths: Sequence[str] = ("httpx", "lean"),
+    paths: Sequence[str] = PATHS,
     max_concurrency: int = 16,
     profile: Path | None = None,
 ) -> dict[str, object]:
@@ -355,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=3000)
     p.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--backends", nargs="+", default=["stub", "sim"], choices=["stub", "sim"])
-    p.add_argument("--paths", nargs="+", default=["httpx", "lean"], choices=["httpx", "lean"])
+    p.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS)
     p.add_argument("--max-concurrency", type=int, default=16)
     p.add_argument(
         "--profile", type=Path, default=None, help="cProfile output per path (stub, max N)"
@@ -375,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         profile=args.profile,
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, result)
     print(markdown(result))
     if args.profile is not None:
         for path in args.paths:
