@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 
-from benchmarks.lib.quickgreedy import quick_greedy
+from llm_assets.optimizer.quickgreedy import quick_greedy
 from benchmarks.lib.shapes import SHAPES
 from benchmarks.lib.tokens import RowTokens, token_hit_rate
 from llm_assets.optimizer import encode, reorder

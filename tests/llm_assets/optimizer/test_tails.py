@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmarks.lib.quickgreedy import quick_greedy
+from llm_assets.optimizer.quickgreedy import quick_greedy
 from benchmarks.lib.shapes import SHAPES
 from llm_assets.optimizer import encode, reorder
 from llm_assets.optimizer.fields import detect_fds
