@@ -138,11 +138,11 @@ def measure(
 ) -> dict:
     """Run in a child process: load one table, time every method, compute metrics
     (`budget_only`: each method once, untimed, token and cache-budget metrics only)."""
-    from llm_assets.optimizer.quickgreedy import quick_greedy
     from benchmarks.lib.tokens import RowTokens, budget_blocks, default_tokenizer
     from llm_assets.optimizer import encode, reorder
     from llm_assets.optimizer.bound import char_hit_upper_bound, phc_upper_bound
     from llm_assets.optimizer.metrics import char_hit_rate, phc
+    from llm_assets.optimizer.quickgreedy import quick_greedy
 
     load_average = os.getloadavg()[0]
     name, table = load(spec)
