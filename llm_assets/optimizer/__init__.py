@@ -23,12 +23,12 @@ from llm_assets.optimizer.schedule import Schedule, validate_schedule
 from llm_assets.optimizer.table import EncodedTable, TableLike, encode
 
 METHODS = ("original", "column_stats", "ggr")
-AUTHORS_CELLS = 300
+AUTHORS_CELLS = 400
 """The safety net also scores the authors' QuickGreedy (`quickgreedy`) on tables of at most
-this many cells (rows x fields): there the port costs no more CPU than the greedy itself.
-Measured on the shapes of `benchmarks.lib.shapes`, 3 seeds, port / greedy CPU: 0.32-0.57 at
-10 rows (40-160 cells), 0.48-1.17 at 25 rows (100-400 cells; 1.01 at 300, 1.17 at 400),
-0.71-2.37 at 50 rows (200-800 cells), 0.82-2.60 at 100 rows."""
+this many cells (rows x fields): there the port costs about the greedy's CPU or less.
+Measured on the six shapes of `benchmarks.lib.shapes`, 3 seeds each, median of 5, port /
+greedy CPU: 0.23-0.46 at 10 rows, 0.27-0.89 at 25 rows (100-400 cells), 0.60-1.26 at 50 rows
+(200-800 cells), 0.45-2.32 at 100 rows; at most 400 cells 0.23-1.18 (claims, 100 x 4)."""
 
 __all__ = [
     "METHODS",

@@ -28,9 +28,10 @@ harness's `QuickGreedy.reorder` (defaults as their benchmarks run it), not copie
 
 Differences that do not change the schedule: counts are updated as groups leave instead of
 recounted, a heap finds the maximum, and the rows holding each text are indexed once per
-call (`_Alive`) instead of every row left being read at each pick (same schedules as the
-scan on 373 tables of `benchmarks.lib.shapes`, random ones and movies_small; 1.3-2.5x less
-CPU on the 1,500-row shapes). Cells are the rendered strings of
+call (`_Alive`) instead of every row left being read at each pick, and a single row is
+solved in a loop (`_one_row`) instead of a recursion (same schedules as the original port on
+373 tables of `benchmarks.lib.shapes`, random ones and movies_small, and on six of the
+benchmark's tables). Cells are the rendered strings of
 `llm_assets.optimizer.table` (their harness compares pandas values; for the string tables
 here that is the same). One-way dependencies (their experimental option) are not ported.
 """
@@ -61,6 +62,29 @@ def _stats_order(columns: list[list[str]]) -> list[int]:
 
 def _reached(depth: int, limit: int | None) -> bool:
     return limit is not None and depth >= limit
+
+
+def _one_row(row: list[Cell]) -> None:
+    """`_Piece.solve` on one row without early stop or depth limit, in place, as a loop: the
+    first cell whose text scores highest within the cells from `start` on (len^2 x (count -
+    1); all 0: the first cell) leads them with the cells of equal text, and the cells after
+    it are solved the same way. Once the texts left are all distinct every one scores 0 and
+    nothing moves any more."""
+    for start in range(len(row)):
+        counts: dict[str, int] = {}
+        for _, text in row[start:]:
+            counts[text] = counts.get(text, 0) + 1
+        if len(counts) == len(row) - start:
+            return
+        best, top = start, -1
+        for i in range(start, len(row)):
+            text = row[i][1]
+            score = len(text) ** 2 * (counts[text] - 1)
+            if score > top:
+                best, top = i, score
+        value = row[best][1]
+        tail = row[start:]
+        row[start:] = [c for c in tail if c[1] == value] + [c for c in tail if c[1] != value]
 
 
 class _Alive:
@@ -101,11 +125,16 @@ class _Piece:
         self.early_stop = early_stop
         self.row_stop = row_stop
         self.col_stop = col_stop
+        # no early stop or depth limit: a single row takes `_one_row`
+        self.plain = early_stop <= 0 and row_stop is None and col_stop is None
 
     def solve(self, rows: list[list[Cell]], row_depth: int = 0, col_depth: int = 0) -> None:
         """Their `recursive_reorder`: each group taken is one row recursion deeper (the rows
         left after it), its tails one column recursion deeper; at a depth limit the rest
         falls back to statistics order."""
+        if len(rows) == 1 and self.plain:
+            _one_row(rows[0])
+            return
         counts = Counter(text for row in rows for _, text in row)
         heap = [(-(len(v) ** 2) * (n - 1), v) for v, n in counts.items()]
         heapq.heapify(heap)

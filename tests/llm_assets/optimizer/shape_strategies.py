@@ -54,7 +54,7 @@ _CLAIM = st.tuples(
 
 
 @st.composite
-def claims_tables(draw, max_claims: int = 12) -> pd.DataFrame:
+def claims_tables(draw, max_claims: int = 26) -> pd.DataFrame:
     """Claims with 1-3 evidence rows each (see the module docstring)."""
     n_claims = draw(st.integers(min_value=1, max_value=max_claims))
     per_row_ids = draw(st.booleans())
@@ -96,7 +96,7 @@ _MOVIE_ROW = st.tuples(
 
 
 @st.composite
-def movie_tables(draw, max_rows: int = 25) -> pd.DataFrame:
+def movie_tables(draw, max_rows: int = 33) -> pd.DataFrame:
     """One row per movie, 12 columns (see the module docstring)."""
     n = draw(st.integers(min_value=1, max_value=max_rows))
     rows = []

@@ -58,14 +58,14 @@ def never_loses(strategy) -> Counter:
 
 
 def test_claims_tables_never_lose_to_any_candidate():
-    """Measured: the port kept on 12 of the 1,000, file order on 9, column statistics on
-    245 (the greedy trailed them there)."""
+    """Measured: the port kept on 11 of the 1,000, file order on 20, column statistics on
+    204 (the greedy trailed them there)."""
     kept = never_loses(claims_tables())
     assert kept["authors_ggr"] >= 6 and kept["original"] >= 4 and kept["column_stats"] >= 100
 
 
 def test_movie_tables_never_lose_to_any_candidate():
-    """Measured: the port kept on 91 of the 1,000, file order on 5, column statistics on 8."""
+    """Measured: the port kept on 122 of the 1,000, column statistics on 19, file order on 1."""
     kept = never_loses(movie_tables())
     assert kept["authors_ggr"] >= 45
 
