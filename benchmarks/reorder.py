@@ -6,7 +6,7 @@
 Tables: every CSV in ../shared/data (all columns; skipped when absent), the seeded shapes of
 `benchmarks.lib.shapes` (the tables GGR lost on in issues 14 and 24) and seeded skewed 10-column
 tables at each of `--sizes`. Methods: `original` (file order), `column_stats`, `authors_ggr`
-(our port of the authors' QuickGreedy, `benchmarks.lib.quickgreedy`; `authors_ggr_merge` also
+(our port of the authors' QuickGreedy, `llm_assets.optimizer.quickgreedy`; `authors_ggr_merge` also
 with a hand-written column merge where the table has exact functional dependencies) and
 `ggr` (the product's `reorder`, safety net included; `method_used` says which candidate won).
 
@@ -138,11 +138,11 @@ def measure(
 ) -> dict:
     """Run in a child process: load one table, time every method, compute metrics
     (`budget_only`: each method once, untimed, token and cache-budget metrics only)."""
-    from benchmarks.lib.quickgreedy import quick_greedy
     from benchmarks.lib.tokens import RowTokens, budget_blocks, default_tokenizer
     from llm_assets.optimizer import encode, reorder
     from llm_assets.optimizer.bound import char_hit_upper_bound, phc_upper_bound
     from llm_assets.optimizer.metrics import char_hit_rate, phc
+    from llm_assets.optimizer.quickgreedy import quick_greedy
 
     load_average = os.getloadavg()[0]
     name, table = load(spec)

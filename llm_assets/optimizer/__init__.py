@@ -18,10 +18,17 @@ from llm_assets.optimizer.cell_hits import CellTexts, fixed_order_hit_rates, sch
 from llm_assets.optimizer.column_stats import column_stats_schedule, field_order
 from llm_assets.optimizer.ggr import GGRConfig, ggr_schedule
 from llm_assets.optimizer.metrics import row_strings, token_hit_rate
+from llm_assets.optimizer.quickgreedy import quick_greedy
 from llm_assets.optimizer.schedule import Schedule, validate_schedule
 from llm_assets.optimizer.table import EncodedTable, TableLike, encode
 
 METHODS = ("original", "column_stats", "ggr")
+AUTHORS_CELLS = 400
+"""The safety net also scores the authors' QuickGreedy (`quickgreedy`) on tables of at most
+this many cells (rows x fields): there the port costs about the greedy's CPU or less.
+Measured on the six shapes of `benchmarks.lib.shapes`, 3 seeds each, median of 5, port /
+greedy CPU: 0.23-0.46 at 10 rows, 0.27-0.89 at 25 rows (100-400 cells), 0.60-1.26 at 50 rows
+(200-800 cells), 0.45-2.32 at 100 rows; at most 400 cells 0.23-1.18 (claims, 100 x 4)."""
 
 __all__ = [
     "METHODS",
@@ -48,12 +55,13 @@ def reorder(
     `original` (file order, fields as given), `column_stats`, or `ggr`.
 
     `ggr` never does worse than the other two: it scores the greedy's schedule, file order
-    and column statistics and returns the best (ties to the greedy), naming it in
-    `method_used`. The score is the char hit rate, or with `tokenizer` (text -> token ids)
-    the token hit rate in whole `block_size`-token blocks (the engine's KV block size, given
-    with the tokenizer) of the rows rendered one value per line; the greedy then also weighs
-    values by their token counts, unless `table` is already encoded (`token_length` alone
-    only does that).
+    and column statistics, and on tables of at most `AUTHORS_CELLS` cells the authors'
+    QuickGreedy (`quickgreedy`, method_used "authors_ggr"), and returns the best (ties to
+    the greedy), naming it in `method_used`. The score is the char hit rate, or with
+    `tokenizer` (text -> token ids) the token hit rate in whole `block_size`-token blocks
+    (the engine's KV block size, given with the tokenizer) of the rows rendered one value per
+    line; the greedy then also weighs values by their token counts, unless `table` is
+    already encoded (`token_length` alone only does that).
 
     With `fixed_fields` every row keeps the fields in the order given: `original` is file
     order, the other methods sort the rows by their values in that order (method_used
@@ -78,10 +86,14 @@ def reorder(
     }
     if method != "ggr":
         return replace(candidates[method](), method_used=method)
+    if enc.num_rows * len(enc.fields) <= AUTHORS_CELLS:
+        candidates["authors_ggr"] = lambda: quick_greedy(enc)
     if tokenizer is None:
         return _best_by_char_rate(enc, candidates)
     best, best_score = None, -1.0
-    for name in ("ggr", "column_stats", "original"):
+    for name in ("ggr", "column_stats", "original", "authors_ggr"):
+        if name not in candidates:
+            continue
         schedule = candidates[name]()
         score = _hit_rate(enc, schedule, tokenizer, block_size)
         if score > best_score:
@@ -90,11 +102,12 @@ def reorder(
 
 
 def _best_by_char_rate(enc: EncodedTable, candidates: dict) -> Schedule:
-    """The candidate of best char hit rate, ties to the greedy, then column statistics.
-    The rate depends only on each row's field order, so the two fixed-order candidates are
-    scored from their field orders alone, on cells gathered once (`fixed_order_hit_rates`;
-    file order only where it differs from column statistics' order, else it ties and loses),
-    and only the winner's rows are ordered."""
+    """The candidate of best char hit rate, ties to the greedy, then column statistics, then
+    file order, then the authors' QuickGreedy (where `candidates` has it). The rate of a
+    fixed-order candidate depends only on each row's field order, so those two are scored
+    from their field orders alone, on cells gathered once (`fixed_order_hit_rates`; file
+    order only where it differs from column statistics' order, else it ties and loses), and
+    only the winner's rows are ordered; the two schedules are scored whole."""
     greedy = candidates["ggr"]()
     names, orders = ["column_stats"], [field_order(enc)]
     if orders[0] != list(range(len(enc.fields))):
@@ -105,7 +118,14 @@ def _best_by_char_rate(enc: EncodedTable, candidates: dict) -> Schedule:
     for name, score in zip(names, fixed_order_hit_rates(enc, orders, cells), strict=True):
         if score > best_score:
             best, best_score = name, score
-    return replace(greedy if best == "ggr" else candidates[best](), method_used=best)
+    kept = greedy
+    if "authors_ggr" in candidates:
+        authors = candidates["authors_ggr"]()
+        if schedule_hit_rate(enc, authors, cells) > best_score:
+            best, kept = "authors_ggr", authors
+    if best in ("column_stats", "original"):
+        kept = candidates[best]()
+    return replace(kept, method_used=best)
 
 
 def _hit_rate(enc: EncodedTable, schedule: Schedule, tokenizer, block_size) -> float:

@@ -4,12 +4,12 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 
-from benchmarks.lib.quickgreedy import quick_greedy
 from benchmarks.lib.shapes import SHAPES
 from benchmarks.lib.tokens import RowTokens, token_hit_rate
 from llm_assets.optimizer import encode, reorder
 from llm_assets.optimizer.metrics import char_hit_rate, row_strings
 from llm_assets.optimizer.metrics import token_hit_rate as trie_token_hit_rate
+from llm_assets.optimizer.quickgreedy import quick_greedy
 from llm_assets.optimizer.schedule import validate_schedule
 from resources.sim.block_cache import BLOCK_SIZE
 from resources.sim.tokenizer import ApproxTokenizer

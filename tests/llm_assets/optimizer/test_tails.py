@@ -5,12 +5,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmarks.lib.quickgreedy import quick_greedy
 from benchmarks.lib.shapes import SHAPES
 from llm_assets.optimizer import encode, reorder
 from llm_assets.optimizer.fields import detect_fds
 from llm_assets.optimizer.ggr import ggr_schedule
 from llm_assets.optimizer.metrics import char_hit_rate
+from llm_assets.optimizer.quickgreedy import quick_greedy
 from llm_assets.optimizer.schedule import validate_schedule
 from llm_assets.optimizer.tails import TailOrder, shared_prefix_sum
 

@@ -2,10 +2,13 @@
 order report's rounding, `plan`'s prediction of a later stage, `run_query(send=False)`, the
 filter order applied to a run, and reading `schema.table` from a DuckDB file."""
 
+from unittest import mock
+
 import duckdb
 import pandas as pd
 import pytest
 
+from llm_assets.pipeline import predict
 from llm_assets.pipeline.filter_order import FilterOrder
 from llm_assets.pipeline.options import QueryOptions
 from llm_assets.pipeline.predict import plan_query
@@ -89,3 +92,30 @@ def test_read_duckdb_table_reads_the_named_schema(tmp_path):
     assert read_duckdb_table(path, "s.t").column("x").to_pylist() == [1]
     assert read_duckdb_table(path, "main.t").column("x").to_pylist() == [2]
     assert read_duckdb_table(path, "t").column("x").to_pylist() == [2]
+
+
+@pytest.mark.parametrize("kept", ["m0 m1 m2 m3 m4 m5 m6", "m1 m3"])
+def test_a_later_stage_is_drawn_only_from_rows_the_earlier_stage_does_not_skip(kept):
+    """A quarter of the reviews are null: the first stage (which reads `review`) skips those
+    rows, so they never reach the second. With a sample smaller than the input, the second
+    stage's rows are drawn from the input; none of them may be a skipped row, and when the
+    first filter keeps every answered row all 30 answerable rows reach the second stage."""
+    frame = table()
+    frame.loc[frame.index % 4 == 0, "review"] = None
+    query = compile_sql(TWO, name="two")
+    options = QueryOptions(order_llm_filters=False)
+    engine = AnsweringEngine(
+        lambda r: "Yes" if any(f" {m}" in r.prompt for m in kept.split()) else "No"
+    )
+    with mock.patch.object(predict, "guarded_plan", wraps=predict.guarded_plan) as planned:
+        plan = plan_query(query, {"t": frame}, options, engine, sample_rows=10)
+    assert plan.sample_rows == 10
+    first, second = plan.stages
+    assert first.rows == 40 and first.rows_to_llm < 40  # the nulls are skipped, not sent
+    drawn = planned.call_args_list[1].args[2]  # the rows planned for the second stage
+    assert len(drawn) == second.rows
+    assert drawn["review"].notna().all()
+    if kept.count("m") == 7:
+        assert second.share == 1.0 and second.rows == 30
+    else:
+        assert 0 < second.rows < 30

@@ -1,4 +1,5 @@
-"""The GGR authors' QuickGreedy, ported as a reproducible benchmark baseline.
+"""The GGR authors' QuickGreedy, ported: a candidate of `reorder`'s safety net (on tables
+small enough, `optimizer.reorder`) and the baseline `benchmarks.reorder` measures.
 
 Written from the paper (ggr_mlsys.txt, section 2.2) and the published behaviour of their
 harness's `QuickGreedy.reorder` (defaults as their benchmarks run it), not copied:
@@ -26,7 +27,11 @@ harness's `QuickGreedy.reorder` (defaults as their benchmarks run it), not copie
    fields) is sorted lexicographically as a whole: that is the row order.
 
 Differences that do not change the schedule: counts are updated as groups leave instead of
-recounted, and a heap finds the maximum. Cells are the rendered strings of
+recounted, a heap finds the maximum, and the rows holding each text are indexed once per
+call (`_Alive`) instead of every row left being read at each pick, and a single row is
+solved in a loop (`_one_row`) instead of a recursion (same schedules as the original port on
+373 tables of `benchmarks.lib.shapes`, random ones and movies_small, and on six of the
+benchmark's tables). Cells are the rendered strings of
 `llm_assets.optimizer.table` (their harness compares pandas values; for the string tables
 here that is the same). One-way dependencies (their experimental option) are not ported.
 """
@@ -59,6 +64,60 @@ def _reached(depth: int, limit: int | None) -> bool:
     return limit is not None and depth >= limit
 
 
+def _one_row(row: list[Cell]) -> None:
+    """`_Piece.solve` on one row without early stop or depth limit, in place, as a loop: the
+    first cell whose text scores highest within the cells from `start` on (len^2 x (count -
+    1); all 0: the first cell) leads them with the cells of equal text, and the cells after
+    it are solved the same way. Once the texts left are all distinct every one scores 0 and
+    nothing moves any more."""
+    for start in range(len(row)):
+        counts: dict[str, int] = {}
+        for _, text in row[start:]:
+            counts[text] = counts.get(text, 0) + 1
+        if len(counts) == len(row) - start:
+            return
+        best, top = start, -1
+        for i in range(start, len(row)):
+            text = row[i][1]
+            score = len(text) ** 2 * (counts[text] - 1)
+            if score > top:
+                best, top = i, score
+        value = row[best][1]
+        tail = row[start:]
+        row[start:] = [c for c in tail if c[1] == value] + [c for c in tail if c[1] != value]
+
+
+class _Alive:
+    """The rows of a `_Piece.solve` call not yet taken by a group, in row order, with the
+    rows holding each text (indexed once: a row's cells change only once it is taken), so
+    a group is found without reading every row left."""
+
+    def __init__(self, rows: list[list[Cell]]):
+        self.flags = [True] * len(rows)
+        self.left = len(rows)
+        self.first = 0
+        self.holding: dict[str, list[int]] = {}
+        for i, row in enumerate(rows):
+            for _, text in row:
+                where = self.holding.setdefault(text, [])
+                if not where or where[-1] != i:
+                    where.append(i)
+
+    def __iter__(self):
+        flags = self.flags
+        return (i for i in range(self.first, len(flags)) if flags[i])
+
+    def take(self, value: str) -> list[int]:
+        """The rows left holding `value`, in row order; they are no longer left."""
+        group = [i for i in self.holding.pop(value, ()) if self.flags[i]]
+        for i in group:
+            self.flags[i] = False
+        self.left -= len(group)
+        while self.first < len(self.flags) and not self.flags[self.first]:
+            self.first += 1
+        return group
+
+
 class _Piece:
     """Column and row recursion of one piece. Rows are lists of cells, reordered in place."""
 
@@ -66,28 +125,31 @@ class _Piece:
         self.early_stop = early_stop
         self.row_stop = row_stop
         self.col_stop = col_stop
+        # no early stop or depth limit: a single row takes `_one_row`
+        self.plain = early_stop <= 0 and row_stop is None and col_stop is None
 
     def solve(self, rows: list[list[Cell]], row_depth: int = 0, col_depth: int = 0) -> None:
         """Their `recursive_reorder`: each group taken is one row recursion deeper (the rows
         left after it), its tails one column recursion deeper; at a depth limit the rest
         falls back to statistics order."""
+        if len(rows) == 1 and self.plain:
+            _one_row(rows[0])
+            return
         counts = Counter(text for row in rows for _, text in row)
         heap = [(-(len(v) ** 2) * (n - 1), v) for v, n in counts.items()]
         heapq.heapify(heap)
-        alive = list(range(len(rows)))
-        while alive and heap:
+        alive = _Alive(rows)
+        while alive.left and heap:
             if _reached(row_depth, self.row_stop) or _reached(col_depth, self.col_stop):
-                self._fixed(rows, alive)
+                self._fixed(rows, list(alive))
                 return
             value, score = self._pick(rows, alive, counts, heap)
             if value is None:
                 return
             if score < self.early_stop:
-                self._fixed(rows, alive)
+                self._fixed(rows, list(alive))
                 return
-            group = [i for i in alive if any(text == value for _, text in rows[i])]
-            taken = set(group)
-            alive = [i for i in alive if i not in taken]
+            group = alive.take(value)
             for i in group:
                 row = rows[i]
                 row[:] = [c for c in row if c[1] == value] + [c for c in row if c[1] != value]
