@@ -175,9 +175,11 @@ def measured_at(name: str, doc: Mapping[str, Any]) -> str:
 
 def changes_since(name: str, doc: Mapping[str, Any]) -> list[str]:
     """The commits after the result's own that changed the code it measures, oldest first,
-    without `BEHAVIOUR_PRESERVING` ones: empty when the result is current."""
+    without `BEHAVIOUR_PRESERVING` ones: empty when the result is current. Merge commits are
+    left out: the commits they bring in are listed themselves."""
     since = measured_at(name, doc)
-    log = git("log", "--reverse", "--format=%h %s", f"{since}..HEAD", "--", *MEASURES[name])
+    log = git("log", "--no-merges", "--reverse", "--format=%h %s", f"{since}..HEAD", "--",
+              *MEASURES[name])  # fmt: skip
     changes = [line for line in log.splitlines() if line]
     keep = {git("rev-parse", "--short=7", h) for h in BEHAVIOUR_PRESERVING}
     return [c for c in changes if c.split()[0][:7] not in keep]
