@@ -168,7 +168,7 @@ async def serve_fleet(
         if victim.dead is not None:
             return True
         lanes = math.ceil(len(part.indices) / max(1, thief.cap))
-        batch = min(workers, thief.busy + lanes)
+        batch = min(workers, lanes)  # its lanes start a batch (a running one may not take them)
         ends = (thief.left_s(workers) + part.seconds(batch)) / thief.speed
         return ends < victim.left_s(workers) / victim.speed
 
