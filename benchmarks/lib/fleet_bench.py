@@ -165,9 +165,10 @@ def claims_frame(num_rows: int, seed: int = 0) -> pd.DataFrame:
 
 
 _FIRST = ("Ann", "Bob", "Carla", "Dmitri", "Eve", "Farid", "Grace", "Hiro", "Ines", "Jon",
-          "Kemal", "Lena", "Marta", "Nils", "Olu", "Priya", "Quentin", "Rosa", "Sven", "Tomoko")
+          "Kemal", "Lena", "Marta", "Nils", "Olu", "Priya", "Quentin", "Rosa", "Sven",
+          "Tomoko")  # fmt: skip
 _LAST = ("Lee", "Marsh", "Dupont-Smith", "O'Brien", "Nakamura", "Okafor", "Rossi", "Varga",
-         "Whitfield", "Castellanos", "Ng", "Bergström")
+         "Whitfield", "Castellanos", "Ng", "Bergström")  # fmt: skip
 _PUBLISHERS = ("Variety", "The Guardian", "Slate", "Rolling Stone", "IndieWire", "Time Out",
                "The New York Times", "Empire", "Vulture", "NPR", "The Atlantic", "Screen Daily",
                "Little White Lies", "RogerEbert.com")  # fmt: skip
@@ -177,8 +178,8 @@ def critics_frame(rows: int, seed: int = 0) -> pd.DataFrame:
     """`reviews(critic, publisher, review)`: `rows` non-empty reviews of `movies_small.csv`
     (seeded sample), each by one of 60 seeded critics, each critic writing for one publisher."""
     rng = np.random.default_rng(seed)
-    critics = sorted({f"{_FIRST[int(rng.integers(len(_FIRST)))]} "
-                      f"{_LAST[int(rng.integers(len(_LAST)))]}" for _ in range(200)})[:60]
+    pick = lambda names: names[int(rng.integers(len(names)))]  # noqa: E731
+    critics = sorted({f"{pick(_FIRST)} {pick(_LAST)}" for _ in range(200)})[:60]
     home = {c: _PUBLISHERS[int(rng.integers(len(_PUBLISHERS)))] for c in critics}
     reviews = pd.read_csv(MOVIES_CSV)["review_content"].dropna().astype(str)
     reviews = reviews[reviews.str.len() > 20].reset_index(drop=True)
