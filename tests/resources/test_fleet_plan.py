@@ -201,3 +201,34 @@ def test_a_thief_takes_the_last_part_and_only_when_it_ends_it_sooner() -> None:
     assert where[4] == 0 and where[3] == 1
     assert _steal(victim_left_s=1.0, waiting=1)[3] == 1
     assert _steal(victim_left_s=8.0, waiting=1)[3] == 0
+
+
+def _order(lanes_per_worker: int) -> list[tuple[str, int]]:
+    """One replica, 4 tasks, one part of 8 requests cut into lanes of 2: the order in which
+    requests start and end."""
+    replica = Replica(0, "r0")
+    replica.parts.append((0, Part(list(range(8)), 0, 1.0, 1.0)))
+    plan_caps([replica], 4, True, lanes_per_worker)
+    replica.cap = 2
+    events: list[tuple[str, int]] = []
+
+    async def serve(i: int, r: Replica) -> bool:
+        events.append(("start", i))
+        await asyncio.sleep(0.01)
+        events.append(("end", i))
+        return False
+
+    asyncio.run(serve_fleet([replica], serve, 4, asyncio.Event()))
+    return events
+
+
+def test_followers_start_after_the_first_request_is_sent_or_answered() -> None:
+    """A shared cache (several lanes per task): the part's first request starts first and
+    the other lanes start before it is answered (they share its step). A per-slot cache:
+    nothing else starts before it is answered (red: the event set before the first request
+    started, and followers that waited for the answer on a shared cache)."""
+    shared = _order(4)
+    assert shared[0] == ("start", 0)
+    assert shared.index(("start", 2)) < shared.index(("end", 0))
+    per_slot = _order(1)
+    assert per_slot[:2] == [("start", 0), ("end", 0)]
