@@ -354,12 +354,16 @@ def markdown(doc: dict, checks: list[dict]) -> str:
         "instruction and stay together; on factcheck and claims nothing completes a block beyond "
         "the instruction, so every row is its own group and splitting them loses no hit.",
         "- On the tables where nothing is shared beyond the instruction (claims, factcheck) every "
-        "strategy has the same hit rate and affinity ties round robin in makespan (within 0.4%). "
-        "consistent_hash is faster there, past N (claims 4.80x at N = 4): its replicas finished "
-        "more requests than affinity's in less simulated time (claims N = 4: 121-143 requests in "
-        "7.0-8.1 s against 133-140 in 10.0 s), which the sim's static batches allow only with more "
-        "than 16 requests per batch; the router does not cap a replica's requests in flight, the "
-        "client caps it at 16 per replica for affinity (the same total, 16 x N, for both).",
+        "strategy has the same hit rate and the makespans differ only by how the sim's static "
+        "batches are cut. The router strategies do not cap a replica's requests in flight (the "
+        "client caps the total at 16 x N for every strategy, and at 16 per replica for "
+        "affinity): a replica may run more than 16 requests per batch, which shortens a "
+        "decode-bound round's share per request.",
+        "- Work stealing compares predicted seconds from the moment the thief is idle in WALL "
+        "time; the sim servers run their batches at once in wall time, so a thief that is idle "
+        "first in wall time is not ahead on its simulated clock, and a steal can add a round "
+        "there (per-replica requests of affinity at N = 8 range over a few requests around the "
+        "plan's balanced shares: see the requests-per-replica column).",
         "",
     ]
     lines += [KV_AWARE, "## Targets (issue 34)", ""]

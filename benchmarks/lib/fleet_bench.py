@@ -30,8 +30,9 @@ exactly that list of requests, in that order:
   individual contributions: name, city, occupation, employer, amount, committee, date),
   the answer a verdict and one sentence (`max_tokens` 64).
 
-Strategies (`STRATEGIES`): `round_robin`, `cache_aware` (CLI defaults) and `consistent_hash`
-are vllm-router policies in front of the N servers; the client is the project's
+Strategies (`STRATEGIES`): `round_robin`, `cache_aware` (CLI defaults), `consistent_hash` and
+`power_of_two` are vllm-router policies in front of the N servers (`kv_aware` is not: see
+`benchmarks/fleet.py`, `KV_AWARE`); the client is the project's
 `OpenAIEngine` with the router's one URL (a fleet of one for the planner, so the three send
 the same request order), `routing="router"` for `consistent_hash` (each request carries its
 prefix group's `resources.openai.placement.group_key` in `X-Session-ID`). `affinity` is the
