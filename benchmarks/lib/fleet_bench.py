@@ -18,10 +18,21 @@ exactly that list of requests, in that order:
   table (144 products) joined with product descriptions. Sampling a large table keeps its many
   prefix groups; a table generated at 600 rows would have 6 products;
 - `claims`: a FEVER-like table of one short field (a claim of ~10 words) behind a short
-  instruction: nothing but the instruction is shared, every request is its own prefix group.
+  instruction: nothing but the instruction is shared, every request is its own prefix group;
+- `critics` (short prefix, issue 34): `Does the critic {critic} of {publisher} praise the
+  acting in this review? {review}` over a seeded sample of the real reviews of
+  `movies_small.csv`, each review given a critic and the critic's publisher from a seeded
+  generator (`critics_frame`: 60 critics over 14 publishers, names of 8-25 characters): the
+  rows of one critic share about 50 characters, one or two KV blocks, before a long
+  distinct review;
+- `factcheck` (short prefix, decode-bound, issue 34): two short verdict fields (the fact
+  checker, its rating) before a claim built from a row of `contributions.csv` (FEC
+  individual contributions: name, city, occupation, employer, amount, committee, date),
+  the answer a verdict and one sentence (`max_tokens` 64).
 
-Strategies (`STRATEGIES`): `round_robin`, `cache_aware` (CLI defaults) and `consistent_hash`
-are vllm-router policies in front of the N servers; the client is the project's
+Strategies (`STRATEGIES`): `round_robin`, `cache_aware` (CLI defaults), `consistent_hash` and
+`power_of_two` are vllm-router policies in front of the N servers (`kv_aware` is not: see
+`benchmarks/fleet.py`, `KV_AWARE`); the client is the project's
 `OpenAIEngine` with the router's one URL (a fleet of one for the planner, so the three send
 the same request order), `routing="router"` for `consistent_hash` (each request carries its
 prefix group's `resources.openai.placement.group_key` in `X-Session-ID`). `affinity` is the
@@ -41,6 +52,7 @@ balance = max / mean of each replica's prompt + generation tokens.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -84,11 +96,16 @@ __all__ = [
     "run_strategy",
 ]
 
-STRATEGIES = ("round_robin", "cache_aware", "consistent_hash", "affinity")
+STRATEGIES = ("round_robin", "cache_aware", "consistent_hash", "power_of_two", "affinity")
 ROUTER_POLICY = {"round_robin": "round_robin", "cache_aware": "cache_aware",
-                 "consistent_hash": "consistent_hash"}  # fmt: skip
+                 "consistent_hash": "consistent_hash", "power_of_two": "power_of_two"}  # fmt: skip
 """Strategy -> vllm-router `--policy` (affinity has no router)."""
-TABLES = ("movies", "rag", "products", "claims")
+TABLES = ("movies", "rag", "products", "claims", "critics", "factcheck")
+CONTRIBUTIONS_CSV = Path(__file__).resolve().parents[3] / "shared" / "data" / "contributions.csv"
+CRITICS_TEMPLATE = ("Does the critic {critic} of {publisher} praise the acting in this review? "
+                    "{review}")  # fmt: skip
+FACTCHECK_TEMPLATE = ("Fact checker: {checker}. Rating: {rating}. Is the rating right about this "
+                      "claim? Answer with the rating and one sentence. Claim: {claim}")  # fmt: skip
 MOVIES_CSV = Path(__file__).resolve().parents[3] / "shared" / "data" / "movies_small.csv"
 """Real reviews joined with movie info (1,019 rows, 51 movies); a synthetic table with the
 paper's Movies statistics is used where the file is absent."""
@@ -148,6 +165,54 @@ def claims_frame(num_rows: int, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame({"id": [f"c{i}" for i in range(num_rows)], "claim": claims})
 
 
+_FIRST = ("Ann", "Bob", "Carla", "Dmitri", "Eve", "Farid", "Grace", "Hiro", "Ines", "Jon",
+          "Kemal", "Lena", "Marta", "Nils", "Olu", "Priya", "Quentin", "Rosa", "Sven",
+          "Tomoko")  # fmt: skip
+_LAST = ("Lee", "Marsh", "Dupont-Smith", "O'Brien", "Nakamura", "Okafor", "Rossi", "Varga",
+         "Whitfield", "Castellanos", "Ng", "Bergström")  # fmt: skip
+_PUBLISHERS = ("Variety", "The Guardian", "Slate", "Rolling Stone", "IndieWire", "Time Out",
+               "The New York Times", "Empire", "Vulture", "NPR", "The Atlantic", "Screen Daily",
+               "Little White Lies", "RogerEbert.com")  # fmt: skip
+
+
+def critics_frame(rows: int, seed: int = 0) -> pd.DataFrame:
+    """`reviews(critic, publisher, review)`: `rows` non-empty reviews of `movies_small.csv`
+    (seeded sample), each by one of 60 seeded critics, each critic writing for one publisher."""
+    rng = np.random.default_rng(seed)
+    pick = lambda names: names[int(rng.integers(len(names)))]  # noqa: E731
+    critics = sorted({f"{pick(_FIRST)} {pick(_LAST)}" for _ in range(200)})[:60]
+    home = {c: _PUBLISHERS[int(rng.integers(len(_PUBLISHERS)))] for c in critics}
+    reviews = pd.read_csv(MOVIES_CSV)["review_content"].dropna().astype(str)
+    reviews = reviews[reviews.str.len() > 20].reset_index(drop=True)
+    picked = reviews.sample(min(rows, len(reviews)), random_state=seed).tolist()
+    who = [critics[int(rng.integers(len(critics)))] for _ in picked]
+    return pd.DataFrame({"critic": who, "publisher": [home[c] for c in who], "review": picked})
+
+
+_CHECKERS = ("PolitiFact", "FactCheck.org", "Snopes", "AFP Fact Check", "Full Fact",
+             "Lead Stories")  # fmt: skip
+_RATINGS = ("True", "Mostly True", "Half True", "Mostly False", "False", "Pants on Fire")
+
+
+def factcheck_frame(rows: int, seed: int = 0) -> pd.DataFrame:
+    """`checks(checker, rating, claim)`: `rows` claims, each a sentence from one row of
+    `contributions.csv` (a seeded sample), with a seeded checker and rating."""
+    rng = np.random.default_rng(seed)
+    frame = pd.read_csv(CONTRIBUTIONS_CSV, dtype=str).fillna("")
+    frame = frame.sample(min(rows, len(frame)), random_state=seed)
+    claims = [
+        f"{r.NAME.strip().title()} of {r.CITY.title()}, {r.STATE}, {r.OCCUPATION.lower()} at "
+        f"{r.EMPLOYER.title()}, gave ${r.TRANSACTION_AMT} to committee {r.CMTE_ID} "
+        f"(candidate {r.CAND_ID or 'none'}) on {r.TRANSACTION_DT}."
+        for r in frame.itertuples()
+    ]
+    return pd.DataFrame({
+        "checker": [_CHECKERS[int(rng.integers(len(_CHECKERS)))] for _ in claims],
+        "rating": [_RATINGS[int(rng.integers(len(_RATINGS)))] for _ in claims],
+        "claim": claims,
+    })  # fmt: skip
+
+
 @dataclass(frozen=True)
 class PlannedTable:
     """One table's request plan (dedup + GGR, the product's stage functions)."""
@@ -204,6 +269,20 @@ def plan_table(name: str, rows: int, seed: int = 0) -> PlannedTable:
         query = compile_sql(sql, name="claims", tables={"claims": ("id", "claim")})
         tables, system = {"claims": claims_frame(rows, seed)}, ""
         what = "claims (short prefix): one ~10-word claim behind a ~30-token instruction"
+    elif name == "critics":
+        sql = f"SELECT LLM('{CRITICS_TEMPLATE}', r.critic, r.publisher, r.review) FROM reviews r"
+        query = compile_sql(sql, name="critics",
+                            tables={"reviews": ("critic", "publisher", "review")})  # fmt: skip
+        tables, system = {"reviews": critics_frame(rows, seed)}, ""
+        what = ("critics (short prefix): a seeded critic and publisher (~50 characters) before "
+                "a real review of movies_small.csv")  # fmt: skip
+    elif name == "factcheck":
+        sql = f"SELECT LLM('{FACTCHECK_TEMPLATE}', c.checker, c.rating, c.claim) FROM checks c"
+        query = compile_sql(sql, name="factcheck",
+                            tables={"checks": ("checker", "rating", "claim")})  # fmt: skip
+        tables, system = {"checks": factcheck_frame(rows, seed)}, ""
+        what = ("factcheck (short prefix, decode-bound): checker and rating before a claim "
+                "from a contributions.csv row, 64-token answers")  # fmt: skip
     else:
         raise ValueError(f"unknown table {name!r}; expected one of {list(TABLES)}")
     engine = SimulatedEngine("L4", MODEL)  # the sim server's tokenizer and context window
@@ -211,6 +290,8 @@ def plan_table(name: str, rows: int, seed: int = 0) -> PlannedTable:
     run = run_query(query, tables, options, engine, send=False)
     stage = run.stages[0]
     requests = requests_from_plan(stage.plan, stage.call)
+    if name == "factcheck":  # a verdict and one sentence
+        requests = [dataclasses.replace(r, max_tokens=64) for r in requests]
     if not requests:
         raise ValueError(f"table {name!r} at {rows} rows planned no request")
     tokens = [engine.count_tokens(r.prompt) for r in requests]

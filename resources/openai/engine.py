@@ -71,13 +71,14 @@ from typing import Any
 
 from resources.configs import OpenAIEngineConfig
 from resources.engine import LLMEngine, Request, RunResult, RunStats
-from resources.openai.placement import GROUP_MIN_CHARS, FleetPlan, plan_fleet
+from resources.openai.placement import CostRates, FleetPlan, plan_fleet
 from resources.openai.probe import ServerInfo, probe_server
 from resources.openai.run import serve_run
 from resources.openai.settings import ClientSettings, ProgressCallback
+from resources.openai.tokens import plan_tokenizer
 from resources.openai.wire import SERVER_STYLES
 
-__all__ = ["GROUP_MIN_CHARS", "SERVER_STYLES", "OpenAIEngine"]
+__all__ = ["SERVER_STYLES", "OpenAIEngine"]
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ class OpenAIEngine(LLMEngine):
         self.base_urls = self.settings.base_urls
         self.base_url = self.base_urls[0]
         self._tails: tuple[str, list[str | None]] = ("", [])
+        self._speeds: tuple[str, list[float | None]] = ("", [])
         self._info: ServerInfo | None = None
         self._info_lock = threading.Lock()
 
@@ -223,6 +225,7 @@ class OpenAIEngine(LLMEngine):
         )
         if plan is not None:
             self._tails = (relquery_id, tails)
+            self._speeds = (relquery_id, plan.measured_speeds)
         makespan = time.perf_counter() - start
         errors = sum(1 for r in responses if r.error is not None)
         if errors:
@@ -242,12 +245,30 @@ class OpenAIEngine(LLMEngine):
         single server is a fleet of one. Groups continuing an earlier chunk of the same
         relQuery go back to the replica that served their start."""
         tails = self._tails[1] if self._tails[0] == relquery_id else []
+        measured = self._speeds[1] if self._speeds[0] == relquery_id else []
+        prompts = [r.prompt for r in requests]
+        info = self.server_info()
+        # the server's tokenizer when it has /tokenize and the plan spreads work (several
+        # URLs, or group keys for a router); the sim server has none (its default is the
+        # approximate one, which the planner uses otherwise)
+        ask = (self.num_replicas > 1 or self.settings.routing == "router") and "llm-assets-sim" \
+            not in (info.identity or "")  # fmt: skip
+        tokenize, block_size = plan_tokenizer(
+            self.base_url, self.resolved_style, prompts + [t for t in tails if t],
+            model=self.model, headers=self.settings.headers(relquery_id),
+            auth=self.settings.auth(), timeout_s=min(self.config.timeout_s, 10.0),
+            concurrency=self.max_concurrency, ask_server=ask and self.config.probe,
+        )  # fmt: skip
+        rates = CostRates.for_deployment(self.hardware, self.model, self.max_concurrency)
         return plan_fleet(
-            [r.prompt for r in requests],
+            prompts,
             self.num_replicas,
             routing="round_robin" if self.settings.routing == "round_robin" else "affinity",
             outputs=[self.max_tokens or r.max_tokens for r in requests],
             tails=tails,
+            tokenize=tokenize,
+            rates=CostRates(rates.coefficients, rates.batch, block_size),
+            speeds=[s or 1.0 for s in measured],
         )
 
     def close(self) -> None:

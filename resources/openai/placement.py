@@ -1,54 +1,66 @@
-"""Which replica of a fleet serves which requests: prefix groups kept whole, balanced by mass.
+"""Which replica of a fleet serves which requests: prefix groups of KV blocks, balanced in
+predicted seconds.
 
 Pure planning (no I/O); `resources.openai.engine` executes the plan. The input is a run's
-prompts in plan order (after dedup and GGR), the output `FleetPlan.queues[r]`: the parts
-replica `r` serves, in plan order.
+prompts in plan order (after dedup and GGR) and the engine's tokenizer (`tokenize`: the
+server's own via `/tokenize`, else the sim's `ApproxTokenizer`); the output
+`FleetPlan.queues[r]`: the parts replica `r` serves, in plan order.
 
-A **prefix group** (`prefix_groups`) is a maximal run of consecutive prompts in which each
-shares with the previous one at least `GROUP_MIN_CHARS` (about one 16-token KV block)
-characters more than the prefix common to all prompts of the run. That common prefix (the
-instruction) is cached once per replica and groups nothing; what a group shares beyond it
-is what must stay on one replica to be reused.
+The unit is the engine's: what a prefix cache reuses is whole KV blocks of `block_size`
+tokens (vLLM, the sim: 16). The **fleet-wide prefix** is the full blocks every prompt shares
+(the instruction): each replica caches it once, so it groups nothing. A **prefix group**
+(`prefix_groups`) is a maximal run of consecutive prompts in which each shares with the
+previous one at least one full block more than the fleet-wide prefix: sending the two to
+different replicas would recompute that block, sending them to one replica never costs a
+hit. Every prompt of a group shares its first `(common + 1)` blocks with the group's first
+prompt (a common prefix of neighbours is one of all), which is the group's routing key.
+
+Time is the cost model's (`resources.sim.cost_model`, `CostRates`): a request costs the
+prefill of its uncached tokens (its prompt less the full blocks it shares with the previous
+request of its part, or the fleet-wide prefix) plus the decode of its output budget at the
+replica's batch (`f / batch` per output token: an iteration's fixed cost is shared by the
+requests in flight), so an output token weighs about ten prefill tokens, as on the GPU.
 
 Invariants of `plan_fleet(prompts, n, ...)`:
 - every request is in exactly one part and every part on exactly one replica's queue; a
   part is contiguous in plan order and inside one group; a replica's queue is in plan order
   (so GGR's order holds inside each replica);
-- a group is cut into several parts only when its mass exceeds the fair share (total mass
-  / n); then into `ceil(mass / fair)` contiguous parts of near-equal mass, each counting its
-  shared prefix again (`Part.mass` includes it), so the plan's `repaid_chars` is what the cut
-  costs; a cut whose repaid prefixes would add more than `MAX_CUT_OVERHEAD` of the group's
-  mass is not made (the group stays whole);
-- `routing="affinity"`: parts go longest-processing-time first to the least-loaded replica;
-  a part whose first prompt continues a replica's `tails[r]` (the last prompt that replica
-  served, from an earlier chunk of the same run) goes to that replica first;
-  `routing="round_robin"`: request `i` alone to replica `i mod n` (the load balancer baseline);
-- a request's mass is its uncached prompt (characters not shared with the previous request
-  of its part, over `CHARS_PER_TOKEN`) plus its output budget, in tokens.
+- a group is kept whole unless its predicted seconds exceed the fair share (total / n) by
+  more than cutting it costs: then it is cut into `ceil(seconds / fair)` contiguous parts
+  of near-equal seconds, each later part paying the prefill of the blocks it shares with
+  the part before it again (`Part.seconds` counts it; `repaid_tokens` sums it);
+- `routing="affinity"`: parts go longest first to the replica that would finish them
+  earliest (`(load + seconds) / speed`, `speeds` the replicas' measured relative speeds,
+  1 each by default); a part whose first prompt continues a replica's `tails[r]` (the last
+  prompt that replica served, from an earlier chunk of the same run) goes to that replica
+  first; `routing="round_robin"`: request `i` alone to replica `i mod n` (the baseline).
 
->>> movie = "Q: " + "a" * 70
->>> plan = plan_fleet([movie + "1", movie + "2", "Q: b"], 2)
+>>> head = "Q: " + "a " * 40
+>>> plan = plan_fleet([head + "1", head + "2", "Q: b", "Q: c"], 2, outputs=[16] * 4)
 >>> [[p.indices for p in queue] for queue in plan.queues]  # the group stays whole
-[[[0, 1]], [[2]]]
->>> plan = plan_fleet([movie + chr(65 + k) * 400 for k in range(6)] + ["Q: b"], 2)
->>> [[p.indices for p in queue] for queue in plan.queues], plan.repaid_chars
-([[[0, 1, 2], [6]], [[3, 4, 5]]], 73)
+[[[0, 1]], [[2], [3]]]
+>>> prompts = [head + f"{k} " + "word " * 400 for k in range(6)] + ["Q: b"]
+>>> plan = plan_fleet(prompts, 2, outputs=[16] * 7)
+>>> [[p.indices for p in queue] for queue in plan.queues], plan.repaid_tokens
+([[[0, 1, 2], [6]], [[3, 4, 5]]], 32)
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import heapq
 import math
-import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from resources.sim.cost_model import CostCoefficients, coefficients_from_profile
+from resources.sim.profiles import resolve_deployment
+from resources.sim.tokenizer import ApproxTokenizer
+
 __all__ = [
-    "CHARS_PER_TOKEN",
-    "MAX_CUT_OVERHEAD",
-    "GROUP_MIN_CHARS",
+    "BLOCK_SIZE",
+    "CostRates",
     "FleetPlan",
     "Part",
     "Routing",
@@ -58,18 +70,49 @@ __all__ = [
 ]
 
 Routing = Literal["affinity", "round_robin", "router"]
+Tokenize = Callable[[str], Sequence[int]]
 
-GROUP_MIN_CHARS = 64
-"""About one 16-token KV block of text: a shared prefix shorter than a block cannot give a
-cache hit (vLLM and llama.cpp cache whole blocks / matching prefixes), so it does not make a
-group."""
+BLOCK_SIZE = 16
+"""vLLM's default KV block (`CacheConfig.block_size` on CUDA) and the sim's."""
 
-MAX_CUT_OVERHEAD = 0.1
-"""A group is cut only if the prefixes its later parts pay again add at most this share of
-its mass."""
 
-CHARS_PER_TOKEN = 4.0
-"""Characters per token for the mass estimate (Llama-style tokenizers on English text)."""
+@functools.cache
+def _approx() -> Tokenize:
+    return ApproxTokenizer().encode
+
+
+@dataclass(frozen=True)
+class CostRates:
+    """Predicted seconds on one replica, from the cost model's coefficients (seconds per
+    token, per KV read, per prefill request, per iteration) and `batch`, the requests a
+    replica keeps in flight. Only ratios matter to balance; the scale is one GPU's."""
+
+    coefficients: CostCoefficients
+    batch: int = 16
+    block_size: int = BLOCK_SIZE
+
+    @classmethod
+    def for_deployment(
+        cls, hardware: str = "L4", model: str = "llama-2-7b", batch: int = 16
+    ) -> CostRates:
+        """The rates of `hardware` x `model` when the profiles know them, else of an L4 with
+        Llama-2-7B (a remote server's GPU is unknown; the decode/prefill ratio is similar)."""
+        try:
+            deployment = resolve_deployment(hardware, model)
+        except ValueError:
+            deployment = resolve_deployment("L4", "llama-2-7b")
+        return cls(coefficients_from_profile(deployment), max(1, batch))
+
+    def request(self, prompt: int, uncached: int, output: int) -> tuple[float, float]:
+        """(seconds independent of the batch, seconds to divide by the batch) of one request
+        of `prompt` tokens, `uncached` of them to prefill, and `output` to decode."""
+        c = self.coefficients
+        cached = prompt - uncached
+        own = (
+            c.a * uncached + c.b * (uncached * uncached + 2 * cached * uncached) + c.e
+            + output * (c.a + c.d * (prompt + output / 2))
+        )  # fmt: skip
+        return own, c.f * (output + 1)  # one iteration per output token plus the prefill's
 
 
 @dataclass
@@ -78,10 +121,24 @@ class Part:
 
     indices: list[int]
     group: int
-    mass: float
-    """Estimated tokens of work: uncached prompt tokens plus output budgets."""
+    own_s: float = 0.0
+    """Predicted seconds that do not shrink with the batch (prefill, per-token work)."""
+    shared_s: float = 0.0
+    """Predicted seconds of iterations shared by the requests in flight (divided by batch)."""
     key: str = ""
     """The group's routing key (`group_key`); equal for every part of a group."""
+    batch: int = 16
+    """The batch `mass` is predicted at (the replica's requests in flight)."""
+
+    def seconds(self, batch: int | None = None) -> float:
+        """Predicted seconds of this part on a replica running `batch` requests at once,
+        counted from a cache holding the fleet-wide prefix only."""
+        return self.own_s + self.shared_s / max(1, batch or self.batch)
+
+    @property
+    def mass(self) -> float:
+        """Predicted seconds at the planned batch."""
+        return self.seconds()
 
 
 @dataclass
@@ -89,54 +146,66 @@ class FleetPlan:
     """`queues[r]`: the parts replica `r` serves, in plan order; see the module invariants."""
 
     queues: list[list[Part]]
-    repaid_chars: int = 0
-    """Shared-prefix characters paid again because a group was cut into parts."""
+    repaid_tokens: int = 0
+    """Shared-prefix tokens prefilled again because a group was cut into parts."""
     loads: list[float] = field(default_factory=list)
-    """Planned mass per replica."""
+    """Planned predicted seconds per replica."""
+    measured_speeds: list[float | None] = field(default_factory=list)
+    """Filled after the run (`resources.openai.fleet.measured_speeds`): each replica's
+    measured speed relative to the prediction, for the next chunk's plan."""
 
 
-def _lcp(a: str, b: str) -> int:
-    return len(os.path.commonprefix([a, b]))
+def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
-def prefix_groups(prompts: list[str], min_chars: int = GROUP_MIN_CHARS) -> list[int]:
-    """The prefix group number of each prompt (see the module docstring), from 0 upwards."""
-    if not prompts:
-        return []
-    common = len(os.path.commonprefix(prompts))
-    groups = [0]
-    for prev, cur in zip(prompts, prompts[1:], strict=False):
-        joined = _lcp(prev, cur) >= common + min_chars
+def _common_blocks(tokens: Sequence[Sequence[int]], block_size: int) -> int:
+    if not tokens:
+        return 0
+    common = min(len(t) for t in tokens)
+    first = tokens[0]
+    for t in tokens[1:]:
+        common = min(common, _lcp(first, t))
+    return common // block_size
+
+
+def _groups(tokens: Sequence[Sequence[int]], block_size: int, common: int) -> list[int]:
+    groups = [0] if tokens else []
+    for prev, cur in zip(tokens, tokens[1:], strict=False):
+        joined = _lcp(prev, cur) // block_size > common
         groups.append(groups[-1] if joined else groups[-1] + 1)
     return groups
 
 
-def group_key(prompt: str, common: int) -> str:
-    """A stable key of the prefix group `prompt` starts: every prompt of a group shares its
-    first `common + GROUP_MIN_CHARS` characters (each shares that many with its neighbour)."""
-    head = prompt[: common + GROUP_MIN_CHARS]
-    return hashlib.sha1(head.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+def prefix_groups(
+    prompts: Sequence[str], tokenize: Tokenize | None = None, block_size: int = BLOCK_SIZE
+) -> list[int]:
+    """The prefix group number of each prompt (see the module docstring), from 0 upwards."""
+    tokens = [tokenize(p) if tokenize else _approx()(p) for p in prompts]
+    return _groups(tokens, block_size, _common_blocks(tokens, block_size))
 
 
-def _masses(prompts: Sequence[str], outputs: Sequence[int], groups: list[int]) -> list[float]:
-    """Mass of each request given the previous one of its group is cached."""
-    out = []
-    for i, p in enumerate(prompts):
-        shared = _lcp(prompts[i - 1], p) if i and groups[i - 1] == groups[i] else 0
-        out.append((len(p) - shared) / CHARS_PER_TOKEN + outputs[i])
-    return out
+def group_key(tokens: Sequence[int], common_blocks: int, block_size: int = BLOCK_SIZE) -> str:
+    """A stable key of the prefix group whose first prompt has `tokens`: its first
+    `common_blocks + 1` blocks, which every prompt of the group shares."""
+    head = ",".join(str(t) for t in tokens[: (common_blocks + 1) * block_size])
+    return hashlib.sha1(head.encode()).hexdigest()[:16]
 
 
-def _cut(members: list[int], masses: list[float], pieces: int) -> list[list[int]]:
-    """`members` cut into at most `pieces` contiguous runs of near-equal mass."""
-    total = sum(masses[i] for i in members)
+def _cut(members: list[int], secs: dict[int, float], pieces: int) -> list[list[int]]:
+    """`members` cut into at most `pieces` contiguous runs of near-equal seconds."""
+    total = sum(secs[i] for i in members)
     runs: list[list[int]] = [[]]
     acc = 0.0
     for i in members:
         if runs[-1] and acc >= total * len(runs) / pieces and len(runs) < pieces:
             runs.append([])
         runs[-1].append(i)
-        acc += masses[i]
+        acc += secs[i]
     return runs
 
 
@@ -147,78 +216,101 @@ def plan_fleet(
     routing: Routing = "affinity",
     outputs: Sequence[int] | None = None,
     tails: Sequence[str | None] = (),
+    tokenize: Tokenize | None = None,
+    rates: CostRates | None = None,
+    speeds: Sequence[float] | None = None,
 ) -> FleetPlan:
     """The fleet plan of `prompts` over `n_replicas` (see the module invariants).
 
     `outputs[i]` is request i's output budget in tokens (default 0); `tails[r]` the last
-    prompt replica r served in this run, None when it served none."""
+    prompt replica r served in this run, None when it served none; `tokenize` the engine's
+    tokenizer (default: the sim's); `rates` the cost model (default: an L4 with Llama-2-7B
+    at a batch of 16); `speeds[r]` replica r's relative speed (default 1 each)."""
     if n_replicas < 1:
         raise ValueError(f"n_replicas must be >= 1, got {n_replicas}")
     n = len(prompts)
     outputs = outputs if outputs is not None else [0] * n
+    rates = rates or CostRates.for_deployment()
+    encode = tokenize or _approx()
+    bs = rates.block_size
+    speed = [s if s and s > 0 else 1.0 for s in (speeds or [])][:n_replicas]
+    speed += [1.0] * (n_replicas - len(speed))
     queues: list[list[Part]] = [[] for _ in range(n_replicas)]
     if not n:
         return FleetPlan(queues, 0, [0.0] * n_replicas)
-    common = len(os.path.commonprefix(list(prompts)))
+    tokens = [encode(p) for p in prompts]
+    common = _common_blocks(tokens, bs)
+    groups = list(range(n)) if routing == "round_robin" else _groups(tokens, bs, common)
+    shared = [  # full blocks request i finds cached when served after the one before it
+        max(common, _lcp(tokens[i - 1], tokens[i]) // bs if i and groups[i - 1] == groups[i]
+            else common) * bs
+        for i in range(n)
+    ]  # fmt: skip
+
+    def part(run: list[int], g: int, head: int, key: str) -> Part:
+        """Part of `run`, its first request finding `head` tokens cached, not `shared`."""
+        own = shr = 0.0
+        for k, i in enumerate(run):
+            cached = min(head if k == 0 else shared[i], max(0, len(tokens[i]) - 1))
+            o, s = rates.request(len(tokens[i]), len(tokens[i]) - cached, outputs[i])
+            own, shr = own + o, shr + s
+        return Part(run, g, own, shr, key, rates.batch)
+
     if routing == "round_robin":
-        groups = list(range(n))
-        masses = _masses(prompts, outputs, groups)
         loads = [0.0] * n_replicas
         for i in range(n):
-            r = i % n_replicas
-            queues[r].append(Part([i], i, masses[i], group_key(prompts[i], common)))
-            loads[r] += masses[i]
+            p = part([i], i, common * bs, group_key(tokens[i], common, bs))
+            queues[i % n_replicas].append(p)
+            loads[i % n_replicas] += p.mass
         return FleetPlan(queues, 0, loads)
 
-    groups = prefix_groups(list(prompts))
-    masses = _masses(prompts, outputs, groups)
-    fair = sum(masses) / n_replicas
     members: dict[int, list[int]] = {}
     for i, g in enumerate(groups):
         members.setdefault(g, []).append(i)
+    whole = {g: part(idx, g, common * bs, group_key(tokens[idx[0]], common, bs))
+             for g, idx in members.items()}  # fmt: skip
+    fair = sum(p.mass for p in whole.values()) / n_replicas
     parts: list[Part] = []
     repaid = 0
     for g, idx in members.items():
-        mass = sum(masses[i] for i in idx)
-        pieces = min(len(idx), math.ceil(mass / fair)) if fair > 0 else 1
-        key = group_key(prompts[idx[0]], common)
-        runs = _cut(idx, masses, pieces) if pieces > 1 else [idx]
-        extras = [_lcp(prompts[run[0] - 1], prompts[run[0]]) if k else 0
-                  for k, run in enumerate(runs)]  # fmt: skip
-        if sum(extras) / CHARS_PER_TOKEN > MAX_CUT_OVERHEAD * mass:
-            runs, extras = [idx], [0]
-        repaid += sum(extras)
-        for run, extra in zip(runs, extras, strict=True):
-            part_mass = sum(masses[i] for i in run) + extra / CHARS_PER_TOKEN
-            parts.append(Part(run, g, part_mass, key))
+        kept = whole[g]
+        pieces = min(len(idx), math.ceil(kept.mass / fair)) if fair > 0 else 1
+        if pieces > 1:
+            runs = _cut(idx, {i: part([i], g, shared[i], "").mass for i in idx}, pieces)
+            cut = [part(run, g, common * bs, kept.key) for run in runs]
+            extra = sum(p.mass for p in cut) - kept.mass
+            # worth cutting only if what the cut saves in balance exceeds what it repays
+            if extra < kept.mass - fair:
+                parts += cut
+                repaid += sum(shared[run[0]] - common * bs for run in runs[1:])
+                continue
+        parts.append(kept)
+    return _place(parts, prompts, tokens, tails, encode, common, bs, speed, queues, repaid)
 
+
+def _place(parts, prompts, tokens, tails, encode, common, bs, speed, queues, repaid) -> FleetPlan:
+    """Continuations to their home replica, then longest first to the earliest finish."""
+    n_replicas = len(queues)
     loads = [0.0] * n_replicas
     placed: dict[int, int] = {}  # part position -> replica
-    threshold = common + GROUP_MIN_CHARS
-    free = {r for r in range(n_replicas) if tails[r : r + 1] and tails[r] is not None}
-    for pos, part in enumerate(parts if free else ()):  # continuations stay home
-        first = prompts[part.indices[0]]
-        home = next(
-            (r for r in sorted(free) if tails[r:r + 1] and tails[r] is not None
-             and _lcp(tails[r], first) >= threshold),
-            None,
-        )  # fmt: skip
+    tail_tokens = {r: encode(t) for r, t in enumerate(tails[:n_replicas]) if t is not None}
+    free = set(tail_tokens)
+    for pos, p in enumerate(parts if free else ()):  # continuations stay home
+        first = tokens[p.indices[0]]
+        home = next((r for r in sorted(free) if _lcp(tail_tokens[r], first) // bs > common),
+                    None)  # fmt: skip
         if home is not None:
             placed[pos] = home
-            loads[home] += part.mass
+            loads[home] += p.mass
             free.discard(home)
         if not free:
             break
-    heap = [(loads[r], r) for r in range(n_replicas)]
-    heapq.heapify(heap)
-    order = sorted(
-        (pos for pos in range(len(parts)) if pos not in placed), key=lambda p: -parts[p].mass
-    )
-    for pos in order:  # longest processing time first, to the least-loaded replica
-        load, r = heapq.heappop(heap)
+    order = sorted((pos for pos in range(len(parts)) if pos not in placed),
+                   key=lambda pos: -parts[pos].mass)  # fmt: skip
+    for pos in order:  # longest processing time first, to the replica that ends it first
+        r = min(range(n_replicas), key=lambda r: ((loads[r] + parts[pos].mass) / speed[r], r))
         placed[pos] = r
-        loads[r] = load + parts[pos].mass
-        heapq.heappush(heap, (loads[r], r))
+        loads[r] += parts[pos].mass
     for pos in range(len(parts)):
         queues[placed[pos]].append(parts[pos])
     return FleetPlan(queues, repaid, loads)

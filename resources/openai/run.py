@@ -19,7 +19,13 @@ import logging
 import httpx
 
 from resources.engine import Request, Response
-from resources.openai.fleet import LANES_PER_WORKER, Replica, plan_caps, serve_fleet
+from resources.openai.fleet import (
+    LANES_PER_WORKER,
+    Replica,
+    measured_speeds,
+    plan_caps,
+    serve_fleet,
+)
 from resources.openai.placement import FleetPlan
 from resources.openai.probe import ServerInfo
 from resources.openai.request import RunState, failed_response, serve_request
@@ -121,6 +127,7 @@ async def serve_run(
                 return False
 
             in_flight = await serve_fleet(replicas, serve, cfg.max_concurrency, state.stopped)
+        plan.measured_speeds = measured_speeds(replicas)  # the next chunk's plan weighs them
         if len(replicas) > 1:
             log.info(
                 "relquery %s over %d replicas: %s answered",
