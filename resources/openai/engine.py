@@ -67,12 +67,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from resources.configs import OpenAIEngineConfig
 from resources.engine import LLMEngine, Request, RunResult, RunStats
-from resources.openai.placement import GROUP_MIN_CHARS, FleetPlan, plan_fleet
+from resources.openai.health import FleetHealth
+from resources.openai.placement import GROUP_MIN_CHARS, FleetPlan, Part, plan_fleet
 from resources.openai.probe import ServerInfo, probe_server
+from resources.openai.roster import answers, check_roster, deployment, probe_all
 from resources.openai.run import serve_run
 from resources.openai.settings import ClientSettings, ProgressCallback
 from resources.openai.wire import SERVER_STYLES
@@ -109,6 +112,9 @@ class OpenAIEngine(LLMEngine):
         self._tails: tuple[str, list[str | None]] = ("", [])
         self._info: ServerInfo | None = None
         self._info_lock = threading.Lock()
+        self._refusal: str | None = None
+        self.health = FleetHealth()
+        """Which replicas are given up; outlives runs (`resources.openai.health`)."""
 
     @property
     def model(self) -> str:
@@ -158,24 +164,51 @@ class OpenAIEngine(LLMEngine):
     # -- what the server is ----------------------------------------------------------------
 
     def server_info(self) -> ServerInfo:
-        """What `GET /models` and `GET /props` say (once per engine; never raises): the first
-        replica that answers (replicas of one deployment say the same)."""
+        """What the fleet's replicas say about themselves (`GET /models`, `GET /props`; asked
+        once per engine, of every replica at once; never raises): the first replica that
+        answered (the fleet is refused when they do not agree, `resources.openai.roster`)."""
         with self._info_lock:
             if self._info is None:
-                self._info = ServerInfo()
-                for url in self.base_urls if self.config.probe else ():
-                    self._info = _run_coroutine(
-                        lambda url=url: probe_server(
-                            url,
-                            self.settings.headers(""),
-                            self.settings.auth(),
-                            timeout_s=min(self.config.timeout_s, 10.0),
-                            redact=self.settings.redact,
-                        )
-                    )
-                    if self._info.identity is not None or self._info.auth_error is not None:
-                        break
+                infos = [ServerInfo()] * len(self.base_urls)
+                if self.config.probe:
+                    infos = _run_coroutine(lambda: probe_all(self.base_urls, self._probe))
+                    self._refusal = check_roster(self.base_urls, infos)
+                    for url, info in zip(self.base_urls, infos, strict=True):
+                        if info.no_reply is not None:
+                            self.health.give_up(url, _no_reply(info), time.monotonic())
+                self._info = next(
+                    (i for i in infos if i.auth_error is not None or i.identity is not None),
+                    ServerInfo(),
+                )
             return self._info
+
+    def _probe(self, url: str) -> Any:
+        return probe_server(
+            url,
+            self.settings.headers(""),
+            self.settings.auth(),
+            timeout_s=min(self.config.timeout_s, 10.0),
+            redact=self.settings.redact,
+        )
+
+    def _probe_due(self) -> None:
+        """Probe again, at once, the given-up replicas whose back-off has passed: one that
+        answers as the fleet's deployment is sent work again, any other stays given up
+        (its back-off doubles)."""
+        due = self.health.due(time.monotonic()) if self.config.probe else []
+        if not due:
+            return
+        infos = _run_coroutine(lambda: probe_all(due, self._probe))
+        fleet = self.server_info()
+        for url, info in zip(due, infos, strict=True):
+            if not answers(info):
+                self.health.give_up(url, info.auth_error or _no_reply(info), time.monotonic())
+            elif fleet.identity is not None and deployment(info) != deployment(fleet):
+                reason = f"serves {deployment(info)}, not the fleet's {deployment(fleet)}"
+                self.health.give_up(url, reason, time.monotonic())
+            else:
+                log.info("replica %s answers its probe again; it is sent work", url)
+                self.health.revive(url)
 
     @property
     def resolved_style(self) -> str:
@@ -202,6 +235,8 @@ class OpenAIEngine(LLMEngine):
         """The server as it reports itself (`ServerInfo.identity`, asked once; "unknown"
         without an answer or with `probe=False`) and the endpoint: `vllm;completions`."""
         reported = self.server_info().identity or "unknown"
+        if self._refusal is not None:  # never the answers of any one deployment
+            reported = f"refused fleet ({self._refusal})"
         return f"{reported};{'chat' if self.use_chat else 'completions'}"
 
     @property
@@ -215,11 +250,17 @@ class OpenAIEngine(LLMEngine):
         requests = list(requests)
         start = time.perf_counter()
         info = self.server_info() if requests else ServerInfo()
+        if requests:
+            self._probe_due()
+        if self._refusal is not None and requests:
+            info = ServerInfo(auth_error=self._refusal)  # stops the run before sending
         style = self.server_style if self.server_style != "auto" else (info.style or "vllm")
         plan = self.plan(relquery_id, requests) if requests else None
         tails = self._tails[1] if self._tails[0] == relquery_id else []
         responses, stopped, tails = _run_coroutine(
-            lambda: serve_run(self.settings, plan, tails, relquery_id, requests, style, info, start)
+            lambda: serve_run(
+                self.settings, plan, tails, relquery_id, requests, style, info, start, self.health
+            )
         )
         if plan is not None:
             self._tails = (relquery_id, tails)
@@ -240,18 +281,32 @@ class OpenAIEngine(LLMEngine):
     def plan(self, relquery_id: str, requests: list[Request]) -> FleetPlan:
         """Which replica serves which requests (`resources.openai.placement`); a router or a
         single server is a fleet of one. Groups continuing an earlier chunk of the same
-        relQuery go back to the replica that served their start."""
+        relQuery go back to the replica that served their start. Replicas given up
+        (`health`) get nothing; with none left alive, the plan is over all of them (the run
+        stops before sending)."""
         tails = self._tails[1] if self._tails[0] == relquery_id else []
-        return plan_fleet(
+        tails = [*tails, *[None] * (self.num_replicas - len(tails))]
+        live = [k for k, url in enumerate(self.base_urls) if self.health.dead(url) is None]
+        live = live or list(range(self.num_replicas))
+        plan = plan_fleet(
             [r.prompt for r in requests],
-            self.num_replicas,
+            len(live),
             routing="round_robin" if self.settings.routing == "round_robin" else "affinity",
             outputs=[self.max_tokens or r.max_tokens for r in requests],
-            tails=tails,
+            tails=[tails[k] for k in live],
         )
+        queues: list[list[Part]] = [[] for _ in self.base_urls]
+        loads = [0.0] * self.num_replicas
+        for k, queue, load in zip(live, plan.queues, plan.loads, strict=True):
+            queues[k], loads[k] = queue, load
+        return replace(plan, queues=queues, loads=loads)
 
     def close(self) -> None:
         """Nothing to release between runs (each run opens and closes its own client)."""
+
+
+def _no_reply(info: ServerInfo) -> str:
+    return f"no reply to GET /models: {info.no_reply or 'none'}"
 
 
 def _run_coroutine(make: Callable[[], Any]) -> Any:

@@ -3,9 +3,14 @@
 `serve_request` always returns a `Response` (answered, or with `error` naming the attempts,
 the deadline when it ran out, and the last failure) and whether its last failure was one
 another attempt could have cured; see `resources.openai.engine` for the invariants. Failures
-are counted per replica (`resources.openai.fleet.Replica`): the circuit breaker gives up a
-replica, and the run stops when no replica is left (`RunState.give_up`). One attempt is
-`resources.openai.attempt.post_once`, run inside a hard `asyncio.timeout`.
+are counted per replica, in ONE count (`Replica.failures`): every attempt at that replica
+that got no answer it could give (no HTTP reply, a timeout, a 5xx, a malformed 200) adds
+one, an answer from that replica (and only from it) resets it to 0; 408/409/429 and other
+4xx neither add nor reset. At `breaker_failures` the replica is given up, and so it is at
+once when it says nothing stands behind it (a router with no workers); the run stops when no
+replica is left (`RunState.give_up`). A replica given up stays so for the engine's life
+(`resources.openai.health.FleetHealth`). One attempt is `resources.openai.attempt.post_once`,
+run inside a hard `asyncio.timeout`.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import httpx
 from resources.engine import Request, Response
 from resources.openai.attempt import RequestFailed, post_once
 from resources.openai.fleet import Replica
+from resources.openai.health import FleetHealth
 from resources.openai.settings import ClientSettings
 
 __all__ = ["RunState", "failed_response", "serve_request"]
@@ -36,6 +42,8 @@ class RunState:
     stop_reason: str | None = None
     done: int = 0
     replicas: list[Replica] = field(default_factory=list)
+    health: FleetHealth | None = None
+    """The engine's record of given-up replicas (outlives the run)."""
 
     def stop(self, reason: str) -> None:
         if self.stop_reason is None:
@@ -47,6 +55,8 @@ class RunState:
         if replica.dead is not None:
             return
         replica.dead = reason
+        if self.health is not None:
+            self.health.give_up(replica.base_url, reason, time.monotonic())
         live = [r for r in self.replicas if r.dead is None]
         if live:
             log.warning("replica %s given up (%s); %d left", replica.base_url, reason, len(live))
@@ -90,7 +100,7 @@ async def serve_request(
         except RequestFailed as exc:
             failure = exc
         else:
-            replica.consecutive_dead = 0
+            replica.failures = 0
             elapsed = time.perf_counter() - start
             if got.cached_tokens is None:
                 settings.warn_no_cached_tokens(style)
@@ -103,6 +113,7 @@ async def serve_request(
                 elapsed,
                 elapsed,
                 cached_tokens_known=got.cached_tokens is not None,
+                replica=replica.base_url,
             ), False
         last, retryable = str(failure), failure.retryable
         _count_failure(settings, failure, state, last, replica)
@@ -145,19 +156,23 @@ async def serve_request(
 def _count_failure(
     settings: ClientSettings, failure: RequestFailed, state: RunState, last: str, replica: Replica
 ) -> None:
+    """Count `failure` at `replica` (see the module docstring): stop the run, give the
+    replica up, or add one to its count of failures in a row."""
     if failure.stop is not None:
         state.stop(f"stopped after {last} ({failure.stop})")
         return
-    if not failure.dead:
-        replica.consecutive_dead = 0
+    if failure.gone is not None:
+        state.give_up(replica, f"{failure.gone} at {replica.base_url} (last: {last})")
         return
-    replica.consecutive_dead += 1
+    if not failure.counts:
+        return
+    replica.failures += 1
     n = settings.config.breaker_failures
-    if n and replica.consecutive_dead >= n:
+    if n and replica.failures >= n:
         state.give_up(
             replica,
-            f"circuit breaker open after {n} consecutive connection failures or timeouts "
-            f"at {replica.base_url} (last: {last})",
+            f"circuit breaker open after {replica.failures} attempts in a row without an "
+            f"answer at {replica.base_url} (last: {last})",
         )
 
 
