@@ -25,18 +25,29 @@ this module holds the engine's settings, secrets and HTTP plumbing. Invariants:
   or a 404 saying the model does not exist (`openai.attempt.model_missing`), stops the run:
   no further request is sent, requests in flight are cancelled, and every unanswered request
   gets an error naming the one-line reason; `RunResult.stopped` carries it. Likewise after
-  `breaker_failures` consecutive connection failures or timeouts at a server (a circuit
-  breaker per replica; 0 disables it; any HTTP reply resets the count) when it is the last
-  replica alive. On a server that accepts connections and never answers, a run therefore
-  stops after about `ceil(breaker_failures / max_concurrency)` rounds of `timeout_s` (plus
-  backoffs);
+  `breaker_failures` attempts in a row without an answer at a server (no reply, a timeout, a
+  5xx, a malformed 200: a circuit breaker per replica, ONE count, reset only by an answer
+  from that replica; 0 disables it) or at once on a 5xx saying no worker stands behind it
+  (a router with every backend down) when it is the last replica alive. On a server that
+  accepts connections and never answers, a run therefore stops after about
+  `ceil(breaker_failures / max_concurrency)` rounds of `timeout_s` (plus backoffs);
+- every replica is probed at start, at once (`resources.openai.roster`): replicas that
+  report different deployments (model ids, owner, style, context window) refuse the fleet
+  before anything is sent, a URL listed twice is a ValueError; a replica that gives no reply
+  is given up. A replica given up stays so for the engine's life (`self.health`,
+  `resources.openai.health`: later chunks plan nothing on it) and is probed again only after
+  its back-off (5 s, doubling); with none alive a run stops before sending, in one line. A
+  hung or very slow replica of a fleet is given up by a watchdog (`resources.openai.stall`)
+  and its unstarted work moves; an answer it still gives is kept (never sent twice);
+- each answer names the replica that gave it (`Response.replica`: the URL without
+  credentials);
 - replicas: `base_url` may list several servers (comma-separated, or `base_urls`); the
   run is planned over them by `resources.openai.placement` (routing `affinity`: each prefix group
   on one replica, replicas balanced by token mass; `round_robin`: request i to replica
   i mod N) and served by `resources.openai.fleet`: each replica has `max_concurrency` lanes,
   an idle replica steals whole unstarted groups from the back of the busiest queue, and a
-  replica given up (its circuit breaker, or `breaker_failures` requests in a row failing
-  with a retryable error) has its unfinished requests moved to the others; the run stops
+  replica given up (its circuit breaker, a router with no workers, the stall watchdog) has
+  its unfinished requests moved to the others; the run stops
   only when no replica is left. Groups continuing the previous chunk of the same relQuery
   go back to the replica that served their start. `routing=router`: one URL (a router in
   front of the replicas) and each request carries its group's key in `routing_key_header`

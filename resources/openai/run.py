@@ -9,7 +9,9 @@ replica given up hands its unfinished requests to the live ones, while an answer
 gives to a request it held is kept (never thrown away and sent again). Replicas the engine's
 `FleetHealth` holds given up start the run given up (nothing is planned on them); when none
 is left the run stops before sending, in one line. In a fleet, a watchdog gives up a hung or
-very slow replica (`resources.openai.stall`) every `WATCH_TICK_S`. The result holds one
+very slow replica (`resources.openai.stall`) every `WATCH_TICK_S`, and abandons the
+requests it still holds after `ABANDON_FACTOR` x its stall bound (no answer came; they move,
+as after a timeout); an answer that came before is kept. The result holds one
 `Response` per request, in request order: a request never answered gets an error saying
 whether it was cancelled in flight or not sent, and why the run stopped.
 """
@@ -38,6 +40,10 @@ log = logging.getLogger("resources.openai.engine")
 
 WATCH_TICK_S = 0.1
 """Seconds between two looks of the stall watchdog."""
+ABANDON_FACTOR = 2.0
+"""A request held by a stalled replica is abandoned (and moves) once it has waited this many
+times the replica's stall bound: an adaptive timeout, far below `timeout_s` on a fleet whose
+other replicas answer fast. An answer that arrives before is kept."""
 
 
 async def serve_run(
@@ -110,12 +116,18 @@ async def serve_run(
                     headers = {**base_headers, cfg.routing_key_header: keys[i]}
                 sent = replica.in_flight[i] = time.perf_counter()
                 try:
-                    response, retryable = await serve_request(
-                        settings, await client(), requests[i], relquery_id, style, state,
-                        start, replica, headers,
-                    )  # fmt: skip
+                    async with asyncio.timeout(None) as scopes[i]:  # the watchdog may cut it
+                        response, retryable = await serve_request(
+                            settings, await client(), requests[i], relquery_id, style, state,
+                            start, replica, headers,
+                        )  # fmt: skip
+                except TimeoutError:  # abandoned: no answer came, none can come any more
+                    waited = time.perf_counter() - sent
+                    reason = f"abandoned after {waited:.3g}s at {replica.base_url} ({replica.dead})"
+                    response, retryable = failed_response(requests[i].id, reason, start), True
                 finally:
                     replica.in_flight.pop(i, None)
+                    scopes.pop(i, None)
                 if response.error is None:  # kept, even when its replica was given up since
                     replica.latencies.append(time.perf_counter() - sent)
                     replica.served += 1
@@ -135,10 +147,21 @@ async def serve_run(
                 return False
 
             async def watch() -> None:
+                """Give up stalled replicas; abandon what they hold past ABANDON_FACTOR x
+                their stall bound (it then moves, like a timed-out attempt)."""
+                cut: dict[int, float] = {}
                 while True:
                     await asyncio.sleep(WATCH_TICK_S)
-                    for replica, reason in stalled(replicas, time.perf_counter()):
+                    now = time.perf_counter()
+                    for replica, reason, bound in stalled(replicas, now):
                         state.give_up(replica, reason)
+                        cut[replica.index] = ABANDON_FACTOR * bound
+                    for k, limit in cut.items():
+                        for i, sent in list(replicas[k].in_flight.items()):
+                            if now - sent > limit and i in scopes:
+                                scopes[i].reschedule(asyncio.get_running_loop().time())
+
+            scopes: dict[int, asyncio.Timeout] = {}
 
             watcher = asyncio.create_task(watch()) if len(replicas) > 1 else None
             try:

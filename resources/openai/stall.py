@@ -10,10 +10,11 @@ planned work. `stalled(replicas, now)` names the live replicas to give up now. I
   has shown how fast it is);
 - never the last live replica, and never two at once when that would leave none: at least
   one live replica always stays;
-- being stalled only gives the replica up (`RunState.give_up`): its unstarted lanes and
-  parts move to the others, while the requests it holds in flight stay there until they
-  are answered (the answer is kept) or their attempt times out (then they move): a request
-  is never sent twice while an answer to it may still come.
+- being stalled gives the replica up (`RunState.give_up`): its unstarted lanes and parts
+  move to the others, while the requests it holds in flight stay there until they are
+  answered (the answer is kept) or `resources.openai.run` abandons them (after twice the
+  bound, like a timeout: the connection is closed, no answer can come any more) and they
+  move: an answer that came is never thrown away and its request sent again.
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ def stalled(
     factor: float = STALL_FACTOR,
     floor_s: float = STALL_FLOOR_S,
     min_answers: int = STALL_MIN_ANSWERS,
-) -> list[tuple[Replica, str]]:
+) -> list[tuple[Replica, str, float]]:
     """The live replicas to give up at time `now` (`time.perf_counter()`), each with the
-    reason (see the module invariants)."""
+    reason and its bound in seconds (see the module invariants)."""
     live = [r for r in replicas if r.dead is None]
-    out: list[tuple[Replica, str]] = []
+    out: list[tuple[Replica, str, float]] = []
     for replica in live:
         if not replica.in_flight or len(live) - len(out) <= 1:
             continue
@@ -61,6 +62,7 @@ def stalled(
                     f"stalled: a request waited {waited:.3g}s at {replica.base_url}, over "
                     f"max({floor_s:g}s, {factor:g} x the other replicas' median latency "
                     f"{median:.3g}s)",
+                    bound,
                 )
             )
     return out

@@ -78,7 +78,7 @@ def closed_port_url() -> str:
 
 def test_a_slow_replica_loses_its_queue_and_its_late_answers_are_kept_never_resent() -> None:
     reqs = requests(60)
-    with Server() as fast, Server(delay_s=2.0) as slow:
+    with Server() as fast, Server(delay_s=1.4) as slow:
         engine = OpenAIEngine(f"{fast.url},{slow.url}", MODEL, max_concurrency=2, timeout_s=10)
         started = time.monotonic()
         result = engine.run("q", reqs)
@@ -93,6 +93,20 @@ def test_a_slow_replica_loses_its_queue_and_its_late_answers_are_kept_never_rese
     assert engine.health.dead(slow.url) is not None and "stalled" in engine.health.dead(slow.url)
     # its queue moved after a bounded wait: about one slow answer, not 30 / 2 of them
     assert wall < 6.0, wall
+
+
+def test_a_hung_replica_loses_what_it_holds_after_a_bounded_wait_not_its_timeout() -> None:
+    reqs = requests(60)
+    with Server() as fast, Server(delay_s=25.0) as hung:
+        engine = OpenAIEngine(f"{fast.url},{hung.url}", MODEL, max_concurrency=2, timeout_s=30)
+        started = time.monotonic()
+        result = engine.run("q", reqs)
+        wall = time.monotonic() - started
+    assert [r.error for r in result.responses] == [None] * len(reqs)
+    assert {r.replica for r in result.responses} == {fast.url}
+    assert sorted(fast.calls) == sorted(r.prompt for r in reqs)
+    assert 1 <= sum(hung.calls.values()) <= 2  # what it held when it stalled, abandoned
+    assert wall < 6.0, wall  # about 2 x the 1 s stall floor, not timeout_s = 30
 
 
 def test_one_replicas_answers_never_reset_another_replicas_breaker() -> None:
