@@ -28,7 +28,7 @@ __all__ = ["STALL_FACTOR", "STALL_FLOOR_S", "STALL_MIN_ANSWERS", "stalled"]
 
 STALL_FACTOR = 10.0
 """How many times the others' median latency a request may wait before its replica stalls."""
-STALL_FLOOR_S = 1.0
+STALL_FLOOR_S = 0.5
 """The shortest wait that counts as a stall, whatever the median (start-up, noise)."""
 STALL_MIN_ANSWERS = 8
 """Answers of the other replicas needed before their median is trusted."""
