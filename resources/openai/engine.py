@@ -95,6 +95,10 @@ __all__ = ["GROUP_MIN_CHARS", "SERVER_STYLES", "OpenAIEngine"]
 
 log = logging.getLogger(__name__)
 
+REPROBE_TIMEOUT_S = 2.0
+"""The longest a probe of a given-up replica may delay a chunk (a healthy server answers
+`GET /models` in milliseconds; a hung one would otherwise cost `min(timeout_s, 10)` per probe)."""
+
 
 class OpenAIEngine(LLMEngine):
     """Sends each request to `{base_url}/completions` (or `/chat/completions` with
@@ -193,23 +197,25 @@ class OpenAIEngine(LLMEngine):
                 )
             return self._info
 
-    def _probe(self, url: str) -> Any:
+    def _probe(self, url: str, timeout_s: float = 10.0) -> Any:
         return probe_server(
             url,
             self.settings.headers(""),
             self.settings.auth(),
-            timeout_s=min(self.config.timeout_s, 10.0),
+            timeout_s=min(self.config.timeout_s, timeout_s),
             redact=self.settings.redact,
         )
 
     def _probe_due(self) -> None:
         """Probe again, at once, the given-up replicas whose back-off has passed: one that
         answers as the fleet's deployment is sent work again, any other stays given up
-        (its back-off doubles)."""
+        (its back-off doubles). At most `REPROBE_TIMEOUT_S` before the run starts."""
         due = self.health.due(time.monotonic()) if self.config.probe else []
         if not due:
             return
-        infos = _run_coroutine(lambda: probe_all(due, self._probe))
+        infos = _run_coroutine(
+            lambda: probe_all(due, lambda url: self._probe(url, REPROBE_TIMEOUT_S))
+        )
         fleet = self.server_info()
         for url, info in zip(due, infos, strict=True):
             if not answers(info):

@@ -21,7 +21,7 @@ from collections import Counter
 
 import pytest
 
-from benchmarks.lib.hostile import HostileServer, Reply, completion_body
+from benchmarks.lib.hostile import HostileServer, Reply, Silent, completion_body
 from resources.engine import Request
 from resources.openai.engine import OpenAIEngine
 from resources.openai.health import FleetHealth
@@ -172,6 +172,24 @@ def test_a_replica_given_up_is_probed_again_after_its_backoff() -> None:
         result = engine.run("q3", requests(20))
     assert engine.health.dead(bad.url) is None  # answered its probe: sent work again
     assert Counter(r.replica for r in result.responses)[bad.url] > 0
+
+
+def test_probing_a_silent_replica_again_delays_a_chunk_by_at_most_the_reprobe_timeout(
+    monkeypatch,
+) -> None:
+    monkeypatch.setattr("resources.openai.engine.REPROBE_TIMEOUT_S", 0.2)
+    with Server() as good, HostileServer(lambda *_: Silent()) as silent:
+        engine = OpenAIEngine(f"{good.url},{silent.url}", MODEL, timeout_s=1.5)
+        engine.health = FleetHealth(first_backoff_s=0.01)
+        started = time.monotonic()
+        assert engine.run("q1", requests(4)).stopped is None  # the first probe: 1.5 s
+        assert time.monotonic() - started >= 1.5
+        time.sleep(0.05)  # its back-off has passed: probed again before the next run
+        started = time.monotonic()
+        result = engine.run("q2", requests(4))
+        assert time.monotonic() - started < 1.0
+    assert result.stopped is None and engine.health.give_ups[silent.url] == 2
+    assert "timed out after 0.2s" in engine.health.dead(silent.url)
 
 
 def test_no_replica_alive_stops_at_once_whatever_the_table_size() -> None:
