@@ -32,8 +32,6 @@ class _GivenUp:
     reason: str
     until: float
     """`time.monotonic()` after which the replica is probed again."""
-    backoff_s: float
-    """The back-off this give-up was granted (the next one doubles it)."""
 
 
 class FleetHealth:
@@ -60,7 +58,7 @@ class FleetHealth:
             last = self._last_backoff.get(url)
             backoff = self.first_backoff_s if last is None else min(self.max_backoff_s, 2 * last)
             self._last_backoff[url] = backoff
-            self._given_up[url] = _GivenUp(reason, now + backoff, backoff)
+            self._given_up[url] = _GivenUp(reason, now + backoff)
             self.give_ups[url] = self.give_ups.get(url, 0) + 1
 
     def revive(self, url: str) -> None:
