@@ -20,7 +20,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from resources.openai.fleet import Replica, serve_fleet
-from resources.openai.placement import Part, plan_fleet
+from resources.openai.placement import CHARS_PER_TOKEN, Part, plan_fleet
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -98,3 +98,53 @@ def test_a_thief_takes_the_victims_last_part() -> None:
     assert sorted(stolen + kept) == list(range(6))
     assert stolen and stolen[0] == 5, order
     assert kept == list(range(len(kept))) and sorted(stolen) == list(range(len(kept), 6)), order
+
+
+def test_a_dead_replicas_queued_lanes_move_to_the_live_one() -> None:
+    """Replica 0's one part is cut into lanes of 2; its first request kills it: every queued
+    lane (not only the one it was serving) is served by replica 1, each request once."""
+    dead, live = Replica(0, "http://dead"), Replica(1, "http://live")
+    dead.parts = deque([(0, Part(list(range(8)), 0, 8.0))])
+    dead.cap = 2
+    served: list[tuple[int, int]] = []
+
+    async def serve(i: int, replica: Replica) -> bool:
+        await asyncio.sleep(0.001)
+        if replica is dead:
+            dead.dead = "test: died"
+            return True
+        served.append((replica.index, i))
+        return False
+
+    asyncio.run(serve_fleet([dead, live], serve, 1, asyncio.Event()))
+    assert sorted(i for _, i in served) == list(range(8)) and {r for r, _ in served} == {1}
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    lengths=st.lists(st.integers(1, 600), min_size=2, max_size=12),
+    replicas=st.integers(2, 4),
+)
+@example(lengths=[400] * 6, replicas=2)
+def test_a_cut_adds_exactly_its_repaid_prefixes_to_the_plans_mass(lengths, replicas):
+    movie = "Q: " + "a" * 70
+    prompts = [movie + chr(65 + k) * n for k, n in enumerate(lengths)] + ["Q: b"]
+    whole = sum(p.mass for q in plan_fleet(prompts, 1).queues for p in q)
+    plan = plan_fleet(prompts, replicas)
+    total = sum(p.mass for q in plan.queues for p in q)
+    assert abs(total - (whole + plan.repaid_chars / CHARS_PER_TOKEN)) < 1e-6
+
+
+def test_a_group_over_the_fair_share_is_cut_in_two() -> None:
+    movie = "Q: " + "a" * 70
+    plan = plan_fleet([movie + chr(65 + k) * 400 for k in range(6)] + ["Q: b"], 2)
+    groups = [{i for p in q for i in p.indices if i < 6} for q in plan.queues]
+    assert all(groups) and plan.repaid_chars > 0  # the movie's six rows on both replicas
+
+
+def test_round_robin_repays_nothing_and_keys_survive_lone_surrogates() -> None:
+    prompts = ["Q: \ud800 odd", "Q: fine", "Q: \udfff too"]
+    plan = plan_fleet(prompts, 2, routing="round_robin")
+    assert plan.repaid_chars == 0
+    assert [len(p.key) for q in plan.queues for p in q] == [16, 16, 16]
+    assert len(plan_fleet(prompts, 2).queues) == 2  # affinity keys them too

@@ -77,7 +77,7 @@ def test_stalled_never_gives_up_the_last_live_replica_nor_an_idle_one(waits) -> 
 
 def test_stalled_names_exactly_the_replicas_past_the_bound() -> None:
     assert [r.index for r, _, _ in stalled(fleet([0.1, 3.0, None, 0.6]), 100.0)] == [1, 3]
-    assert stalled(fleet([3.0, 3.0]), 100.0)[0][0].index == 0  # one of two, never both
+    assert [r.index for r, _, _ in stalled(fleet([3.0, 3.0]), 100.0)] == [0]  # never both
     assert stalled(fleet([3.0]), 100.0) == []  # the last live replica
     assert stalled(fleet([0.1, 3.0], answers=3), 100.0) == []  # too few answers to judge
     slow = fleet([0.1, 3.0], latency=0.2)  # bound 10 x 0.2 = 2 s
@@ -85,3 +85,34 @@ def test_stalled_names_exactly_the_replicas_past_the_bound() -> None:
     dead = fleet([3.0, 3.0, 0.1])
     dead[0].dead = "given up"
     assert [r.index for r, _, _ in stalled(dead, 100.0)] == [1]
+
+
+def vllm_server(method: str, path: str, body: dict) -> Reply:
+    if path == "/v1/models":
+        return Reply(
+            body={
+                "data": [
+                    "not an entry",
+                    {"id": "m", "owned_by": "vllm", "max_model_len": 4096},
+                    {"id": "lora", "owned_by": "vllm", "max_model_len": 2048},
+                ]
+            }
+        )
+    return Reply(404, {"error": {"message": "not found"}})
+
+
+def test_a_vllm_server_is_named_by_its_models_and_the_first_window() -> None:
+    with HostileServer(vllm_server) as server:
+        info = probe(server.url)
+    assert info == ServerInfo(style="vllm", max_model_len=4096, identity="vllm[lora,m]")
+
+
+def test_a_window_from_meta_and_a_server_that_names_no_owner() -> None:
+    def script(method: str, path: str, body: dict) -> Reply:
+        if path == "/v1/models":
+            return Reply(body={"data": [{"id": "x.gguf", "meta": {"n_ctx_train": 32768}}]})
+        return Reply(404, {"error": {"message": "not found"}})
+
+    with HostileServer(script) as server:
+        info = probe(server.url)
+    assert info == ServerInfo(style=None, max_model_len=32768, identity="?[x.gguf]")
