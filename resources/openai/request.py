@@ -4,9 +4,11 @@
 the deadline when it ran out, and the last failure) and whether its last failure was one
 another attempt could have cured; see `resources.openai.engine` for the invariants. Failures
 are counted per replica, in ONE count (`Replica.failures`): every attempt at that replica
-that got no answer it could give (no HTTP reply, a timeout, a 5xx, a malformed 200) adds
-one, an answer from that replica (and only from it) resets it to 0; 408/409/429 and other
-4xx neither add nor reset. At `breaker_failures` the replica is given up, and so it is at
+that got no HTTP reply (refused, reset, timed out) adds one, and so does the first 5xx or
+malformed 200 of each request (its retries answered alike add nothing more: a reply bad for
+one request only, every time, must not give up a replica that answers the others); an answer
+from that replica (and only from it) resets it to 0; 408/409/429 and other 4xx neither add
+nor reset. At `breaker_failures` the replica is given up, and so it is at
 once when it says nothing stands behind it (a router with no workers); the run stops when no
 replica is left (`RunState.give_up`). A replica given up stays so for the engine's life
 (`resources.openai.health.FleetHealth`). One attempt is `resources.openai.attempt.post_once`,
@@ -80,7 +82,7 @@ async def serve_request(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + settings.config.request_deadline_s
     body, url = settings.body(request, style), settings.endpoint_of(replica.base_url)
-    retryable = False
+    retryable, counted = False, False
     last, notes, tries, out_of_time = "not attempted", "", 0, False
     for attempt in range(settings.config.max_retries + 1):
         budget = min(settings.config.timeout_s, deadline - loop.time())
@@ -116,7 +118,7 @@ async def serve_request(
                 replica=replica.base_url,
             ), False
         last, retryable = str(failure), failure.retryable
-        _count_failure(settings, failure, state, last, replica)
+        counted = _count_failure(settings, failure, state, last, replica, counted)
         if state.stop_reason is not None or replica.dead is not None or not retryable:
             break
         if attempt == settings.config.max_retries:
@@ -154,18 +156,26 @@ async def serve_request(
 
 
 def _count_failure(
-    settings: ClientSettings, failure: RequestFailed, state: RunState, last: str, replica: Replica
-) -> None:
+    settings: ClientSettings,
+    failure: RequestFailed,
+    state: RunState,
+    last: str,
+    replica: Replica,
+    counted: bool,
+) -> bool:
     """Count `failure` at `replica` (see the module docstring): stop the run, give the
-    replica up, or add one to its count of failures in a row."""
+    replica up, or add one to its count of failures in a row. `counted`: an earlier attempt
+    of this request already added one with a reply (a 5xx, a malformed 200); a reply that is
+    bad for this request only (every retry of it) then adds nothing more, while an attempt
+    with no reply always adds one. Returns the new `counted`."""
     if failure.stop is not None:
         state.stop(f"stopped after {last} ({failure.stop})")
-        return
+        return counted
     if failure.gone is not None:
         state.give_up(replica, f"{failure.gone} at {replica.base_url} (last: {last})")
-        return
-    if not failure.counts:
-        return
+        return counted
+    if not failure.counts or (counted and not failure.dead):
+        return counted
     replica.failures += 1
     n = settings.config.breaker_failures
     if n and replica.failures >= n:
@@ -174,6 +184,7 @@ def _count_failure(
             f"circuit breaker open after {replica.failures} attempts in a row without an "
             f"answer at {replica.base_url} (last: {last})",
         )
+    return counted or not failure.dead
 
 
 def failed_response(request_id: str, error: str, start: float) -> Response:

@@ -126,6 +126,30 @@ def test_one_replicas_answers_never_reset_another_replicas_breaker() -> None:
     assert sum(bad.calls.values()) <= 3 + 2 - 1, bad.calls
 
 
+def test_replies_bad_for_one_request_only_never_give_up_a_replica_that_answers_others():
+    # every attempt of requests 3 and 5 gets a 500; each counts once, not once per retry
+    def script(method: str, path: str, body: dict) -> Reply:
+        if path.endswith("/models"):
+            return Reply(body={"data": [{"id": MODEL, "owned_by": "vllm"}]})
+        if body["prompt"].endswith(("review 3", "review 5")):
+            return Reply(500, {"error": {"message": "this prompt breaks me"}})
+        return Reply(body=completion_body())
+
+    with HostileServer(script) as server:
+        engine = OpenAIEngine(server.url, MODEL, max_concurrency=1, max_retries=4,
+                              breaker_failures=3, initial_backoff_s=0.001)  # fmt: skip
+        result = engine.run("q", requests(8))
+    assert result.stopped is None
+    assert [r.id for r in result.responses if r.error] == ["r3", "r5"]
+    # a replica answering 500 to three different requests in a row is given up (negative)
+    with Server(status=500) as bad:
+        engine = OpenAIEngine(bad.url, MODEL, max_concurrency=1, max_retries=4,
+                              breaker_failures=3, initial_backoff_s=0.001)  # fmt: skip
+        result = engine.run("q", requests(8))
+    assert "circuit breaker open after 3 attempts" in result.stopped
+    assert len(bad.calls) == 3  # three requests, each given all its retries
+
+
 def test_a_replica_given_up_stays_given_up_across_chunks(tmp_path) -> None:
     reqs = requests(120)
     with Server() as good, Server(status=503) as bad:
