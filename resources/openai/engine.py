@@ -269,14 +269,21 @@ class OpenAIEngine(LLMEngine):
         info = self.server_info() if requests else ServerInfo()
         if requests:
             self._probe_due()
-        if self._refusal is not None and requests:
-            info = ServerInfo(auth_error=self._refusal)  # stops the run before sending
         style = self.server_style if self.server_style != "auto" else (info.style or "vllm")
         plan = self.plan(relquery_id, requests) if requests else None
         tails = self._tails[1] if self._tails[0] == relquery_id else []
         responses, stopped, tails = _run_coroutine(
             lambda: serve_run(
-                self.settings, plan, tails, relquery_id, requests, style, info, start, self.health
+                self.settings,
+                plan,
+                tails,
+                relquery_id,
+                requests,
+                style,
+                info,
+                start,
+                self.health,
+                self._refusal,
             )
         )
         if plan is not None:

@@ -56,13 +56,14 @@ async def serve_run(
     info: ServerInfo,
     start: float,
     health: FleetHealth | None = None,
+    refused: str | None = None,
 ) -> tuple[list[Response], str | None, list[str | None]]:
     """One `Response` per request of `requests`, in request order, why the run stopped (None
     when it did not) and each replica's last answered prompt (the next chunk's `tails`).
     `plan` places `requests` on the replicas (None only when there are none), `tails` the
     previous chunk's last prompts, `style` is the resolved server style, `info` what the
     server said, `start` the run's `time.perf_counter()`, `health` the engine's given-up
-    replicas (updated by this run)."""
+    replicas (updated by this run), `refused` why the fleet is refused (nothing is sent)."""
     cfg = settings.config
     total = len(requests)
     replicas = [Replica(k, url) for k, url in enumerate(settings.base_urls)]
@@ -71,6 +72,8 @@ async def serve_run(
         replica.dead = health.dead(replica.base_url) if health is not None else None
     if info.auth_error is not None:
         state.stop(f"stopped before sending: {info.auth_error} (check the API key)")
+    elif refused is not None:
+        state.stop(f"stopped before sending: {refused}")
     elif total and all(r.dead is not None for r in replicas):
         state.stop(
             "stopped before sending: every replica is given up: "

@@ -250,7 +250,8 @@ def test_a_replica_of_another_deployment_refuses_the_fleet_before_sending() -> N
         result = engine.run("q", requests(10))
         assert sum(a.calls.values()) + sum(b.calls.values()) == 0
     assert f"replica {b.url} serves vllm[other-model]" in result.stopped
-    assert "refusing the fleet" in result.stopped
+    assert result.stopped.startswith("stopped before sending: replica ")
+    assert "refusing the fleet" in result.stopped and "API key" not in result.stopped
     assert engine.identity.startswith("refused fleet")  # never one deployment's cache key
     with Server() as a, Server() as b:  # negative: one deployment is served
         engine = OpenAIEngine(f"{a.url},{b.url}", MODEL)
