@@ -15,6 +15,8 @@ bound, the wrong-key case sent more than `max_concurrency` requests, or:
   line and column;
 - `half-written`: the landing sensor asked for a run while a file was being written or under
   a temporary name;
+- a fleet case (`fleet-*`) ran past 1.5x its healthy replicas alone (30 s when all are
+  dead), or a request was served twice (beyond those abandoned at the slow replica);
 - `implausible-usage`: a row given usage its request cannot have ended answered, such a row
   failed without the reason, or the recorded cost exceeded its bound.
 """
@@ -52,6 +54,9 @@ def _acceptance(result: dict) -> list[str]:
     for name, row in result["faults"].items():
         if "runs_ran" in row and row["runs_ran"] != row["runs_at_once"]:
             problems.append(f"{name}: {row['runs_ran']} of {row['runs_at_once']} runs ran")
+        twice = row.get("served_twice", 0) - row.get("abandoned_at_slow", 0)
+        if twice:
+            problems.append(f"{name}: {twice} requests served twice")
         if row.get("mixed"):
             problems.append(f"{name}: {row['mixed']} rows mixed or garbled")
     stray = result["faults"].get("stray-byte")
@@ -85,6 +90,10 @@ DETAILS: dict[str, tuple[str, ...]] = {
     "concurrent-runs-8-postgres": ("sizes", "runs_ran", "runs_failed"),
     "stray-byte": ("default_refused", "default_error_names_place", "replaced_rows"),
     "half-written": ("settle_seconds", "runs_requested", "runs_requested_early", "runs_per_file"),
+    **{name: ("baseline_s", "served_twice", "abandoned_at_slow", "slow_latency_ms", "given_up",
+              "per_replica", "stopped")
+       for name in ("fleet-3-bad-of-4", "fleet-hung-1-of-2", "fleet-slow-1-of-4",
+                    "fleet-all-dead")},
     "implausible-usage": ("implausible_rows", "implausible_answered",
                           "implausible_failed_with_reason", "recorded_prompt_tokens",
                           "recorded_cost_usd", "cost_bound_usd"),

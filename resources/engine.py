@@ -62,6 +62,9 @@ class Response:
     error: str | None = None
     cached_tokens_known: bool = True
     """False when the server did not report cached tokens (`cached_tokens` is then 0)."""
+    replica: str | None = None
+    """Which server answered (its base URL, never its credentials); None for an in-process
+    engine and for an error."""
 
     @property
     def ok(self) -> bool:

@@ -20,7 +20,9 @@ Invariants:
   `get_many` finds nothing, `put_many` stores nothing, `count` is 0;
 - a response whose engine did not report cached tokens (`cached_tokens_known=False`) is
   stored with `cached_tokens = -1` and read back unknown again (never as 0 cached);
-- nothing secret is stored: no request headers, no API key, not even the prompt (only its hash).
+- nothing secret is stored: no request headers, no API key, not even the prompt (only its hash);
+  the replica that gave an answer is stored as its base URL without credentials (`replica`),
+  and read back with the answer.
 
 Default location: `$LLM_ASSETS_HOME/responses.duckdb`, `LLM_ASSETS_HOME` defaulting to
 `./.llm_assets` (read when the cache is built, never at import time).
@@ -85,6 +87,7 @@ _SCHEMA = pa.schema(
         ("output_tokens", pa.int64()),
         ("ttft_s", pa.float64()),
         ("finish_s", pa.float64()),
+        ("replica", pa.string()),
     ]
 )
 
@@ -219,9 +222,12 @@ class ResponseCache:
                         output_tokens BIGINT NOT NULL,
                         ttft_s DOUBLE,
                         finish_s DOUBLE,
-                        stored_at TIMESTAMP DEFAULT current_timestamp
+                        stored_at TIMESTAMP DEFAULT current_timestamp,
+                        replica VARCHAR
                     )"""
                 )
+                # a file written before answers named their replica gains the column (NULL)
+                con.execute(f"ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS replica VARCHAR")
                 self._ready = True
             yield con
         finally:
@@ -241,7 +247,7 @@ class ResponseCache:
             con.register("wanted_keys", lookup)
             rows = con.execute(
                 f"""SELECT r.key, r.request_id, r.text, r.prompt_tokens, r.cached_tokens,
-                           r.output_tokens, r.ttft_s, r.finish_s
+                           r.output_tokens, r.ttft_s, r.finish_s, r.replica
                     FROM {TABLE} r JOIN wanted_keys w ON r.key = w.key"""
             ).fetchall()
             con.unregister("wanted_keys")
@@ -255,9 +261,10 @@ class ResponseCache:
                 output_tokens=int(output_tokens),
                 ttft_s=float(ttft_s or 0.0),
                 finish_s=float(finish_s or 0.0),
+                replica=replica,
             )
-            for key, request_id, text, prompt_tokens, cached_tokens, output_tokens, ttft_s, finish_s
-            in rows
+            for (key, request_id, text, prompt_tokens, cached_tokens, output_tokens, ttft_s,
+                 finish_s, replica) in rows
         }  # fmt: skip
 
     def put_many(
@@ -324,7 +331,7 @@ def _arrow_rows(rows: dict[str, Response], engine: str, model: str) -> pa.Table:
     for key, r in rows.items():
         cached = r.cached_tokens if r.cached_tokens_known else -1
         values = (key, engine, model, r.id, r.text, r.prompt_tokens, cached,
-                  r.output_tokens, r.ttft_s, r.finish_s)  # fmt: skip
+                  r.output_tokens, r.ttft_s, r.finish_s, r.replica)  # fmt: skip
         for name, value in zip(_SCHEMA.names, values, strict=True):
             columns[name].append(value)
     return pa.table(columns, schema=_SCHEMA)

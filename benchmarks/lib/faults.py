@@ -25,6 +25,11 @@ The hostile-server cases (`drip-feed`, `endless-body`, `malformed-200`, `wrong-k
 and add `bound_s` (see `benchmarks.lib.hostile_faults`; `implausible-usage` adds how the rows
 given usage their request cannot have ended, and the recorded cost against its bound).
 
+The fleet cases (`fleet-3-bad-of-4`, `fleet-hung-1-of-2`, `fleet-slow-1-of-4`,
+`fleet-all-dead`) run one engine over several sim server processes, some faulty, and add
+`baseline_s` (the healthy replicas alone), `bound_s` (1.5 x that; 30 s when all are dead),
+`mixed`, `served_twice`, `given_up` and `per_replica` (see `benchmarks.lib.fleet_faults`).
+
 The product-path cases go through Dagster in process on the sim engine, and check each result
 row against what its own source holds, so they add `mixed`: result rows that are not their
 source's, or whose text differs from what was written (must be 0, like `lost`):
@@ -57,6 +62,7 @@ from benchmarks.lib.fault_setup import (
     _in_process_scenario,
     synthetic_requests,
 )
+from benchmarks.lib.fleet_faults import FLEET_CASES, run_fleet_case
 from benchmarks.lib.hostile_faults import HOSTILE_CASES, run_hostile_case
 
 __all__ = [
@@ -93,6 +99,7 @@ FAULT_MATRIX: tuple[FaultScenario, ...] = (
     FaultScenario("kill9", (), kill_client=True, description="client kill -9 halfway, rerun"),
 )
 FAULT_MATRIX += tuple(FaultScenario(name, description=what) for name, what in HOSTILE_CASES.items())
+FAULT_MATRIX += tuple(FaultScenario(name, description=what) for name, what in FLEET_CASES.items())
 FAULT_MATRIX += (
     FaultScenario(
         "concurrent-runs", description="two runs of q1's lineage at once on one home (Dagster)"
@@ -152,6 +159,8 @@ def run_fault_matrix(
             log(f"fault {name}: {scenario.description} ({rows} rows)")
             if name in HOSTILE_CASES:
                 results[name] = run_hostile_case(name, rows, settings)
+            elif name in FLEET_CASES:
+                results[name] = run_fleet_case(name, rows, settings, scratch)
             elif name in PRODUCT_CASES:
                 results[name] = _product_case(name, rows, scratch)
             elif scenario.kill_client:

@@ -27,7 +27,7 @@ from llm_assets.pipeline.plan import first_prompt, relquery_id
 from llm_assets.pipeline.quality import SIM_NOTE, quality_metrics, stage_quality
 from llm_assets.pipeline.results import accounting, row_counts, run_answer, run_result
 from llm_assets.pipeline.rows import INPUT, stage_input
-from llm_assets.pipeline.send import StageSend
+from llm_assets.pipeline.send import StageSend, replica_counts
 from llm_assets.query.parts import LLMCall
 
 # ---- one LLM stage ------------------------------------------------------------------------
@@ -164,6 +164,8 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall, execute: Execute 
             )
             if sent.stats.engine == "sim":
                 meta["quality_note"] = SIM_NOTE
+            if replicas := replica_counts(outputs):
+                meta["replica_answers"] = replicas
             if labelled:
                 meta["label_column"] = qdef.label_column
             context.add_output_metadata(meta)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -253,6 +254,7 @@ def run_command(query_path, tables, method, out, cache, chunk_size, label_column
     from llm_assets.data.writers import write_table
     from llm_assets.pipeline.results import answer_records
     from llm_assets.pipeline.run import run_query
+    from llm_assets.pipeline.send import replica_counts
     from resources.llama_cpp.server import ServerStartError
     from resources.response_cache import CacheLockTimeout
     from resources.runner import TooManyErrors
@@ -303,6 +305,9 @@ def run_command(query_path, tables, method, out, cache, chunk_size, label_column
         **stats_report(run.stats, llm, time.perf_counter() - started),
         "requests_sent": sum(s.sent for s in run.stages),
         "cache_hits": sum(s.cache_hits for s in run.stages),
+        "replica_answers": dict(
+            sum((Counter(replica_counts(s.outputs)) for s in run.stages), Counter())
+        ),
         "response_cache": str(responses.path) if responses.enabled else None,
         "quality": quality_report(run.stages, label_column, run.stats.engine),
     }

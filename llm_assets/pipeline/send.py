@@ -33,7 +33,9 @@ def requests_from_plan(
 
 
 def outputs_frame(plan: pd.DataFrame, responses: Sequence[Response], call: LLMCall) -> pd.DataFrame:
-    """One row per request of `plan`: the answer (or error), spec violation and accounting."""
+    """One row per request of `plan`: the answer (or error), spec violation, accounting and
+    which replica answered it (`replica`: its base URL without credentials; None for an
+    in-process engine, an error, or an answer cached before replicas were recorded)."""
     by_id = {r.id: r for r in responses}
     planned = plan["error"] if "error" in plan else [None] * len(plan)
     rows = []
@@ -55,11 +57,19 @@ def outputs_frame(plan: pd.DataFrame, responses: Sequence[Response], call: LLMCa
                 "output_tokens": r.output_tokens,
                 "ttft_s": r.ttft_s,
                 "finish_s": r.finish_s,
+                "replica": r.replica,
             }
         )
     columns = [INPUT, "request_id", "answer", "error", "violation", "prompt_tokens"]
-    columns += ["cached_tokens", "output_tokens", "ttft_s", "finish_s"]
+    columns += ["cached_tokens", "output_tokens", "ttft_s", "finish_s", "replica"]
     return pd.DataFrame(rows, columns=columns)
+
+
+def replica_counts(outputs: pd.DataFrame) -> dict[str, int]:
+    """Answered requests of an `outputs_frame` per replica that answered them (a fleet's
+    share; empty for an in-process engine), in URL order."""
+    answered = outputs[outputs["error"].isna() & outputs["replica"].notna()]
+    return {str(k): int(v) for k, v in sorted(answered["replica"].value_counts().items())}
 
 
 def send_stage(

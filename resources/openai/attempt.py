@@ -10,7 +10,10 @@ circuit breaker (`dead`), a body over the cap is retryable. A kept lean connecti
 closed while idle is replaced once, without counting a failure. An HTTP 200 must hold a valid
 completion within the request's usage bounds (`usage_bounds`, `resources.openai.wire`), else
 it is retried like a 5xx; 408/409/429 and 5xx are retryable, 401/403 stop the run, and so
-does a 404 saying the model does not exist (`model_missing`), other statuses are final.
+does a 404 saying the model does not exist (`model_missing`), other statuses are final. No
+reply, a 5xx, a malformed 200 and an oversized body count toward the circuit breaker
+(`counts`); a 5xx saying no worker stands behind the server (a router with every backend
+down, `NO_WORKERS`) gives the replica up at once (`gone`).
 """
 
 from __future__ import annotations
@@ -50,12 +53,17 @@ STOP_STATUSES = frozenset({401, 403})
 # vLLM / SGLang "The model `x` does not exist.", OpenAI "... does not exist or you do not have
 # access to it." (code model_not_found), llama.cpp's router "model is not found"
 MODEL_MISSING = re.compile(r"\bmodel\b.*?(?:does not exist|not found)|model_not_found", re.I)
+# vllm-router / sgl-router "No available workers", "no workers", "No healthy workers"
+NO_WORKERS = re.compile(r"\bno (?:available |healthy )?(?:workers?|backends?|upstreams?)\b", re.I)
 
 
 class RequestFailed(Exception):
     """One attempt failed. `retryable`: another attempt may succeed; `dead`: the server gave
-    no HTTP reply (counts toward the circuit breaker); `stop`: nothing more should be sent,
-    and what the user should check (the API key, the model name), else None."""
+    no HTTP reply; `counts`: the replica gave no answer it could give (no reply, a 5xx, a
+    malformed 200: counts toward the circuit breaker; default `dead`); `gone`: why the
+    replica should be given up at once (nothing stands behind it), else None; `stop`:
+    nothing more should be sent, and what the user should check (the API key, the model
+    name), else None."""
 
     def __init__(
         self,
@@ -65,10 +73,14 @@ class RequestFailed(Exception):
         dead: bool = False,
         stop: str | None = None,
         retry_after_s: float | None = None,
+        counts: bool | None = None,
+        gone: str | None = None,
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.dead = dead
+        self.counts = dead if counts is None else counts
+        self.gone = gone
         self.stop = stop
         self.retry_after_s = retry_after_s
 
@@ -115,6 +127,7 @@ async def post_once(
             raise RequestFailed(
                 f"HTTP 200 with a body that is not JSON for request {request_id}: {shown!r}",
                 retryable=True,
+                counts=True,
             ) from None
         try:
             return completion_from_reply(
@@ -127,6 +140,7 @@ async def post_once(
             raise RequestFailed(
                 f"HTTP 200 with a malformed completion: {settings.redact(str(exc))}",
                 retryable=True,
+                counts=True,
             ) from None
     message = settings.redact(error_message(bytes(data), reason))
     stop = None
@@ -134,11 +148,16 @@ async def post_once(
         stop = "check the API key; it is not shown"
     elif model_missing(status, message, bytes(data)):
         stop = f"check the model name {settings.config.model!r}"
+    gone = None
+    if status >= 500 and NO_WORKERS.search(message) is not None:
+        gone = f"no worker behind the server (HTTP {status}: {message})"
     raise RequestFailed(
         f"HTTP {status}: {message}",
         retryable=status in RETRY_STATUSES or status >= 500,
         stop=stop,
         retry_after_s=retry_after_s(retry_after),
+        counts=status >= 500,
+        gone=gone,
     )
 
 
@@ -159,6 +178,7 @@ async def _post_httpx(
                     raise RequestFailed(
                         f"reply body over max_reply_bytes={settings.config.max_reply_bytes}",
                         retryable=True,
+                        counts=True,
                     )
             return reply.status_code, reply.reason_phrase, reply.headers.get("retry-after"), data
     except httpx.TimeoutException as exc:
@@ -217,7 +237,9 @@ async def _post_lean(
         except TooLarge:
             conn.close()  # type: ignore[union-attr]
             raise RequestFailed(
-                f"reply body over max_reply_bytes={settings.config.max_reply_bytes}", retryable=True
+                f"reply body over max_reply_bytes={settings.config.max_reply_bytes}",
+                retryable=True,
+                counts=True,
             ) from None
         except (OSError, BadReply) as exc:
             if conn is not None:

@@ -25,18 +25,29 @@ this module holds the engine's settings, secrets and HTTP plumbing. Invariants:
   or a 404 saying the model does not exist (`openai.attempt.model_missing`), stops the run:
   no further request is sent, requests in flight are cancelled, and every unanswered request
   gets an error naming the one-line reason; `RunResult.stopped` carries it. Likewise after
-  `breaker_failures` consecutive connection failures or timeouts at a server (a circuit
-  breaker per replica; 0 disables it; any HTTP reply resets the count) when it is the last
-  replica alive. On a server that accepts connections and never answers, a run therefore
-  stops after about `ceil(breaker_failures / max_concurrency)` rounds of `timeout_s` (plus
-  backoffs);
+  `breaker_failures` attempts in a row without an answer at a server (no reply, a timeout, a
+  5xx, a malformed 200: a circuit breaker per replica, ONE count, reset only by an answer
+  from that replica; 0 disables it) or at once on a 5xx saying no worker stands behind it
+  (a router with every backend down) when it is the last replica alive. On a server that
+  accepts connections and never answers, a run therefore stops after about
+  `ceil(breaker_failures / max_concurrency)` rounds of `timeout_s` (plus backoffs);
+- every replica is probed at start, at once (`resources.openai.roster`): replicas that
+  report different deployments (model ids, owner, style, context window) refuse the fleet
+  before anything is sent, a URL listed twice is a ValueError; a replica that gives no reply
+  is given up. A replica given up stays so for the engine's life (`self.health`,
+  `resources.openai.health`: later chunks plan nothing on it) and is probed again only after
+  its back-off (5 s, doubling); with none alive a run stops before sending, in one line. A
+  hung or very slow replica of a fleet is given up by a watchdog (`resources.openai.stall`)
+  and its unstarted work moves; an answer it still gives is kept (never sent twice);
+- each answer names the replica that gave it (`Response.replica`: the URL without
+  credentials);
 - replicas: `base_url` may list several servers (comma-separated, or `base_urls`); the
   run is planned over them by `resources.openai.placement` (routing `affinity`: each prefix group
   on one replica, replicas balanced by token mass; `round_robin`: request i to replica
   i mod N) and served by `resources.openai.fleet`: each replica has `max_concurrency` lanes,
   an idle replica steals whole unstarted groups from the back of the busiest queue, and a
-  replica given up (its circuit breaker, or `breaker_failures` requests in a row failing
-  with a retryable error) has its unfinished requests moved to the others; the run stops
+  replica given up (its circuit breaker, a router with no workers, the stall watchdog) has
+  its unfinished requests moved to the others; the run stops
   only when no replica is left. Groups continuing the previous chunk of the same relQuery
   go back to the replica that served their start. `routing=router`: one URL (a router in
   front of the replicas) and each request carries its group's key in `routing_key_header`
@@ -67,12 +78,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from resources.configs import OpenAIEngineConfig
 from resources.engine import LLMEngine, Request, RunResult, RunStats
-from resources.openai.placement import CostRates, FleetPlan, plan_fleet
+from resources.openai.health import FleetHealth
+from resources.openai.placement import CostRates, FleetPlan, Part, plan_fleet
 from resources.openai.probe import ServerInfo, probe_server
+from resources.openai.roster import answers, check_roster, deployment, probe_all
 from resources.openai.run import serve_run
 from resources.openai.settings import ClientSettings, ProgressCallback
 from resources.openai.tokens import plan_tokenizer
@@ -81,6 +95,10 @@ from resources.openai.wire import SERVER_STYLES
 __all__ = ["SERVER_STYLES", "OpenAIEngine"]
 
 log = logging.getLogger(__name__)
+
+REPROBE_TIMEOUT_S = 2.0
+"""The longest a probe of a given-up replica may delay a chunk (a healthy server answers
+`GET /models` in milliseconds; a hung one would otherwise cost `min(timeout_s, 10)` per probe)."""
 
 
 class OpenAIEngine(LLMEngine):
@@ -111,6 +129,9 @@ class OpenAIEngine(LLMEngine):
         self._speeds: tuple[str, list[float | None]] = ("", [])
         self._info: ServerInfo | None = None
         self._info_lock = threading.Lock()
+        self._refusal: str | None = None
+        self.health = FleetHealth()
+        """Which replicas are given up; outlives runs (`resources.openai.health`)."""
 
     @property
     def model(self) -> str:
@@ -160,24 +181,53 @@ class OpenAIEngine(LLMEngine):
     # -- what the server is ----------------------------------------------------------------
 
     def server_info(self) -> ServerInfo:
-        """What `GET /models` and `GET /props` say (once per engine; never raises): the first
-        replica that answers (replicas of one deployment say the same)."""
+        """What the fleet's replicas say about themselves (`GET /models`, `GET /props`; asked
+        once per engine, of every replica at once; never raises): the first replica that
+        answered (the fleet is refused when they do not agree, `resources.openai.roster`)."""
         with self._info_lock:
             if self._info is None:
-                self._info = ServerInfo()
-                for url in self.base_urls if self.config.probe else ():
-                    self._info = _run_coroutine(
-                        lambda url=url: probe_server(
-                            url,
-                            self.settings.headers(""),
-                            self.settings.auth(),
-                            timeout_s=min(self.config.timeout_s, 10.0),
-                            redact=self.settings.redact,
-                        )
-                    )
-                    if self._info.identity is not None or self._info.auth_error is not None:
-                        break
+                infos = [ServerInfo()] * len(self.base_urls)
+                if self.config.probe:
+                    infos = _run_coroutine(lambda: probe_all(self.base_urls, self._probe))
+                    self._refusal = check_roster(self.base_urls, infos)
+                    for url, info in zip(self.base_urls, infos, strict=True):
+                        if info.no_reply is not None:
+                            self.health.give_up(url, _no_reply(info), time.monotonic())
+                self._info = next(
+                    (i for i in infos if i.auth_error is not None or i.identity is not None),
+                    ServerInfo(),
+                )
             return self._info
+
+    def _probe(self, url: str, timeout_s: float = 10.0) -> Any:
+        return probe_server(
+            url,
+            self.settings.headers(""),
+            self.settings.auth(),
+            timeout_s=min(self.config.timeout_s, timeout_s),
+            redact=self.settings.redact,
+        )
+
+    def _probe_due(self) -> None:
+        """Probe again, at once, the given-up replicas whose back-off has passed: one that
+        answers as the fleet's deployment is sent work again, any other stays given up
+        (its back-off doubles). At most `REPROBE_TIMEOUT_S` before the run starts."""
+        due = self.health.due(time.monotonic()) if self.config.probe else []
+        if not due:
+            return
+        infos = _run_coroutine(
+            lambda: probe_all(due, lambda url: self._probe(url, REPROBE_TIMEOUT_S))
+        )
+        fleet = self.server_info()
+        for url, info in zip(due, infos, strict=True):
+            if not answers(info):
+                self.health.give_up(url, info.auth_error or _no_reply(info), time.monotonic())
+            elif fleet.identity is not None and deployment(info) != deployment(fleet):
+                reason = f"serves {deployment(info)}, not the fleet's {deployment(fleet)}"
+                self.health.give_up(url, reason, time.monotonic())
+            else:
+                log.info("replica %s answers its probe again; it is sent work", url)
+                self.health.revive(url)
 
     @property
     def resolved_style(self) -> str:
@@ -204,6 +254,8 @@ class OpenAIEngine(LLMEngine):
         """The server as it reports itself (`ServerInfo.identity`, asked once; "unknown"
         without an answer or with `probe=False`) and the endpoint: `vllm;completions`."""
         reported = self.server_info().identity or "unknown"
+        if self._refusal is not None:  # never the answers of any one deployment
+            reported = f"refused fleet ({self._refusal})"
         return f"{reported};{'chat' if self.use_chat else 'completions'}"
 
     @property
@@ -217,11 +269,25 @@ class OpenAIEngine(LLMEngine):
         requests = list(requests)
         start = time.perf_counter()
         info = self.server_info() if requests else ServerInfo()
+        if requests:
+            self._probe_due()
         style = self.server_style if self.server_style != "auto" else (info.style or "vllm")
-        plan = self.plan(relquery_id, requests) if requests else None
+        # a refused fleet is sent nothing, not even the planner's /tokenize
+        plan = self.plan(relquery_id, requests) if requests and self._refusal is None else None
         tails = self._tails[1] if self._tails[0] == relquery_id else []
         responses, stopped, tails = _run_coroutine(
-            lambda: serve_run(self.settings, plan, tails, relquery_id, requests, style, info, start)
+            lambda: serve_run(
+                self.settings,
+                plan,
+                tails,
+                relquery_id,
+                requests,
+                style,
+                info,
+                start,
+                self.health,
+                self._refusal,
+            )
         )
         if plan is not None:
             self._tails = (relquery_id, tails)
@@ -243,9 +309,15 @@ class OpenAIEngine(LLMEngine):
     def plan(self, relquery_id: str, requests: list[Request]) -> FleetPlan:
         """Which replica serves which requests (`resources.openai.placement`); a router or a
         single server is a fleet of one. Groups continuing an earlier chunk of the same
-        relQuery go back to the replica that served their start."""
+        relQuery go back to the replica that served their start. Replicas given up
+        (`health`) get nothing; with none left alive, the plan is over all of them (the run
+        stops before sending)."""
         tails = self._tails[1] if self._tails[0] == relquery_id else []
+        tails = [*tails, *[None] * (self.num_replicas - len(tails))]
         measured = self._speeds[1] if self._speeds[0] == relquery_id else []
+        measured = [*measured, *[None] * (self.num_replicas - len(measured))]
+        live = [k for k, url in enumerate(self.base_urls) if self.health.dead(url) is None]
+        live = live or list(range(self.num_replicas))
         prompts = [r.prompt for r in requests]
         info = self.server_info()
         # the server's tokenizer when it has /tokenize and the plan spreads work (several
@@ -254,25 +326,34 @@ class OpenAIEngine(LLMEngine):
         ask = (self.num_replicas > 1 or self.settings.routing == "router") and "llm-assets-sim" \
             not in (info.identity or "")  # fmt: skip
         tokenize, block_size = plan_tokenizer(
-            self.base_url, self.resolved_style, prompts + [t for t in tails if t],
+            self.base_urls[live[0]], self.resolved_style, prompts + [t for t in tails if t],
             model=self.model, headers=self.settings.headers(relquery_id),
             auth=self.settings.auth(), timeout_s=min(self.config.timeout_s, 10.0),
             concurrency=self.max_concurrency, ask_server=ask and self.config.probe,
         )  # fmt: skip
         rates = CostRates.for_deployment(self.hardware, self.model, self.max_concurrency)
-        return plan_fleet(
+        plan = plan_fleet(
             prompts,
-            self.num_replicas,
+            len(live),
             routing="round_robin" if self.settings.routing == "round_robin" else "affinity",
             outputs=[self.max_tokens or r.max_tokens for r in requests],
-            tails=tails,
+            tails=[tails[k] for k in live],
             tokenize=tokenize,
             rates=CostRates(rates.coefficients, rates.batch, block_size),
-            speeds=[s or 1.0 for s in measured],
+            speeds=[measured[k] or 1.0 for k in live],
         )
+        queues: list[list[Part]] = [[] for _ in self.base_urls]
+        loads = [0.0] * self.num_replicas
+        for k, queue, load in zip(live, plan.queues, plan.loads, strict=True):
+            queues[k], loads[k] = queue, load
+        return replace(plan, queues=queues, loads=loads)
 
     def close(self) -> None:
         """Nothing to release between runs (each run opens and closes its own client)."""
+
+
+def _no_reply(info: ServerInfo) -> str:
+    return f"no reply to GET /models: {info.no_reply or 'none'}"
 
 
 def _run_coroutine(make: Callable[[], Any]) -> Any:

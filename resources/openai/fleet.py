@@ -89,10 +89,14 @@ class Replica:
     lanes: deque[Lane] = field(default_factory=deque)
     dead: str | None = None
     """Why the replica was given up (None while it is alive)."""
-    consecutive_dead: int = 0
-    """Attempts in a row that got no HTTP reply (the circuit breaker's count)."""
-    consecutive_failed: int = 0
-    """Requests in a row that failed for good with a retryable failure (5xx storm)."""
+    failures: int = 0
+    """Attempts in a row at this replica that got no answer it could give (no HTTP reply, a
+    timeout, a 5xx, a malformed 200): the circuit breaker's one count, reset only by an
+    answer from this replica (`resources.openai.request`)."""
+    in_flight: dict[int, float] = field(default_factory=dict)
+    """Requests (by index) sent to this replica and not ended, with when they were sent."""
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=64))
+    """Seconds each of its last answered requests took (`resources.openai.stall`)."""
     served: int = 0
     """Requests this replica answered in this run."""
     busy: int = 0

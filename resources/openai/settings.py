@@ -40,6 +40,14 @@ RELQUERY_HEADER = "X-Relquery-Id"
 ProgressCallback = Callable[[int, int], None]
 
 
+def _replica_key(url: str) -> tuple[str, str, int | None, str]:
+    """What makes two base URLs one server: scheme, host (any case), port (the scheme's
+    default when absent) and path."""
+    parsed = httpx.URL(url)
+    default = {"http": 80, "https": 443}.get(parsed.scheme)
+    return parsed.scheme, parsed.host.lower(), parsed.port or default, parsed.path.rstrip("/")
+
+
 class _Secret:
     """A string that never shows itself in repr/str/format."""
 
@@ -62,8 +70,8 @@ class _Secret:
 
 class ClientSettings:
     """`cfg`'s settings, secrets and HTTP plumbing; see the module invariants. Raises a
-    one-line ValueError for a missing URL or model, a URL that is not http(s), and replicas
-    whose URLs carry different credentials."""
+    one-line ValueError for a missing URL or model, a URL that is not http(s), a replica
+    listed twice (`A,A,B`) and replicas whose URLs carry different credentials."""
 
     def __init__(
         self,
@@ -94,6 +102,13 @@ class ClientSettings:
         """The engine's settings (URLs dropped: the clean ones are `base_urls`)."""
         self.base_urls = [clean.rstrip("/") for clean, _, _ in parts]
         """Every replica's base URL, without credentials (one for a server or a router)."""
+        keys = [_replica_key(url) for url in self.base_urls]
+        twice = [url for url, key in zip(self.base_urls, keys, strict=True) if keys.count(key) > 1]
+        if twice:
+            raise ValueError(
+                f"base_url lists the replica {self.redact(twice[0])!r} more than once; list "
+                "each replica once (more requests in flight at one server: max_concurrency)"
+            )
         self.routing = "affinity" if cfg.routing == "auto" else cfg.routing
         self.progress = progress
         self.has_api_key = api_key is not None

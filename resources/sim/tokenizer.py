@@ -149,7 +149,7 @@ def _piece_ids(piece: str) -> tuple[int, ...]:
     shifts of the bits of i combine by xor, so the work is linear in the piece's length rather
     than one pass per sub-token (quadratic).
     """
-    data = piece.encode("utf-8")
+    data = piece.encode("utf-8", "surrogatepass")
     n = _piece_token_count(piece)
     if n <= _DIRECT_IDS:
         return tuple(zlib.crc32(data, _ID_SEED ^ i) % VOCAB_SIZE for i in range(n))

@@ -87,9 +87,13 @@ def scripted_server(script: Callable[[list[Seen], Seen], Answer]) -> Iterator[tu
                 state.seen.append(seen)
                 state.in_flight += 1
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)
+            ended = False
             try:
                 time.sleep(answer.delay_s)
                 payload = answer.raw if answer.raw is not None else json.dumps(answer.body).encode()
+                with state.lock:  # ended before the reply leaves: the client may send its next
+                    state.in_flight -= 1  # request before this thread runs again
+                    ended = True
                 self.send_response(answer.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
@@ -100,8 +104,9 @@ def scripted_server(script: Callable[[list[Seen], Seen], Answer]) -> Iterator[tu
             except (BrokenPipeError, ConnectionResetError):
                 pass
             finally:
-                with state.lock:
-                    state.in_flight -= 1
+                if not ended:
+                    with state.lock:
+                        state.in_flight -= 1
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             pass

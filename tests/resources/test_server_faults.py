@@ -201,11 +201,23 @@ def test_the_engine_answers_every_request_and_faults_do_not_touch_the_accounting
 
 def test_always_failing_server_gives_error_rows_naming_the_last_status() -> None:
     with serve(FaultConfig(rate=1.0, status=503)) as server:
-        result = engine_for(server.base_url, max_retries=2).run("q", workload(3))
+        engine = engine_for(server.base_url, max_retries=2, breaker_failures=0)
+        result = engine.run("q", workload(3))
     assert [r.id for r in result.responses] == ["w0", "w1", "w2"]
     for r in result.responses:
         assert r.error == "failed after 3 attempts: HTTP 503: injected fault: HTTP 503"
     assert result.stats.errors == 3
+
+
+def test_a_server_answering_only_5xx_is_given_up_by_the_breaker_and_the_run_stops() -> None:
+    # a 5xx is an attempt without an answer, like no reply: it counts toward the breaker
+    with serve(FaultConfig(rate=1.0, status=500)) as server:
+        engine = engine_for(server.base_url, max_retries=5, breaker_failures=4)
+        result = engine.run("q", workload(40))
+        calls = server.app.faults.counts["calls"]
+    assert result.stopped is not None and "circuit breaker open after 4 attempts" in result.stopped
+    assert all("HTTP 500" in (r.error or "") for r in result.responses)
+    assert calls < 40  # not every row retried with backoff
 
 
 def test_request_deadline_turns_a_hanging_request_into_an_error_row() -> None:
