@@ -9,6 +9,7 @@ any other empty name is refused.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 from pathlib import Path
@@ -17,6 +18,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 
 from llm_assets.data.checks import InputError, check_names
+from llm_assets.data.limits import MIB, InputLimits, check_cells, check_count
 
 DELIMITERS = (",", "\t", ";", "|")
 """Candidates for delimiter detection, in order of preference on a tie."""
@@ -24,6 +26,8 @@ UNNAMED_FIRST = "column0"
 """The name of a first column whose header name is empty (pandas / R row index exports)."""
 _SNIFF_CHARS = 1 << 16
 _SNIFF_ROWS = 50
+_SNIFF_BYTES = 4 * _SNIFF_CHARS + 4
+"""Bytes that hold more than `_SNIFF_CHARS` characters (or the whole file)."""
 
 
 def _rows(text: str, delimiter: str):
@@ -93,32 +97,99 @@ def _sample_rows(sample: str, delimiter: str, complete: bool) -> list[list[str]]
     return rows
 
 
-def read_delimited(path: Path, text: str, delimiter: str) -> pa.Table:
-    header = first_row(text, delimiter)
+def head_text(payload: bytes | bytearray | memoryview, size: int) -> str:
+    """The text of the first `size` bytes of UTF-8 `payload` (a character cut at the end is
+    left out); the whole text when `size` covers it."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    return decoder.decode(bytes(payload[:size]), final=size >= len(payload))
+
+
+def header_row(path: Path, payload, delimiter: str, limits: InputLimits) -> list[str]:
+    """The first row of UTF-8 `payload` (as `first_row`: [] on a csv error in it), read from a
+    doubling prefix; refused as soon as the prefix shows more than `max_columns` fields or a
+    field longer than `max_cell_bytes` (a single line of gigabytes stops there)."""
+    saved = csv.field_size_limit()
+    csv.field_size_limit(limits.max_cell_bytes)  # characters: a longer field has more bytes
+    size = _FIRST_ROW_CHARS
+    try:
+        while True:
+            rows = _rows(head_text(payload, size), delimiter)
+            try:
+                row = next(rows, [])
+            except csv.Error as error:
+                if "field larger than field limit" in str(error):
+                    what = "line 1 (the header): a field"
+                    raise limits.refusal(path, what, "max_cell_bytes") from None
+                return []
+            check_count(path, len(row), "max_columns", limits)
+            if size >= len(payload):
+                return row
+            try:
+                if next(rows, None) is not None:
+                    return row
+            except csv.Error:
+                return row
+            size *= 2
+    finally:
+        csv.field_size_limit(saved)
+
+
+FIRST_BLOCK = 64 * MIB
+"""Bytes pyarrow parses per block at first; a file this small is one block. A row longer than
+a block (a long cell) makes pyarrow stop ("straddling"): the parse starts again with blocks
+four times as large, up to the whole file."""
+
+
+def read_delimited(
+    path: Path, payload, delimiter: str | None, limits: InputLimits | None = None
+) -> pa.Table:
+    """The table in UTF-8 `payload` (no BOM), every column text as written, parsed block by
+    block: rows and cells are checked against `limits` as each block arrives."""
+    limits = limits or InputLimits()
+    if delimiter is None:
+        delimiter = sniff_delimiter(head_text(payload, _SNIFF_BYTES))
+    header = header_row(path, payload, delimiter, limits)
     named = [UNNAMED_FIRST, *header[1:]] if header[:1] == [""] and len(header) > 1 else header
     check_names(path, named, "line 1, column {}")
-    data = text.encode("utf-8")
-    if not data.endswith(b"\n"):
-        data += b"\n"
-    try:
-        table = pa_csv.read_csv(
-            io.BytesIO(data),
-            parse_options=pa_csv.ParseOptions(
-                delimiter=delimiter,
-                newlines_in_values=True,
-                ignore_empty_lines=len(header) > 1,  # a blank line is a null in a 1-column file
-            ),
-            convert_options=pa_csv.ConvertOptions(
-                column_types={name: pa.string() for name in header},
-                null_values=[""],
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=False,
-                check_utf8=False,
-            ),
-        )
-    except pa.ArrowInvalid as error:
-        raise InputError(_delimited_problem(path, text, delimiter, header, error)) from None
+    data = payload if payload[-1:] == b"\n" else bytes(payload) + b"\n"
+    block = max(1 << 10, min(len(data) + 1, FIRST_BLOCK))
+    while True:
+        try:
+            table = _blocks(path, data, delimiter, header, limits, block)
+            break
+        except pa.ArrowInvalid as error:
+            if "straddling" in str(error) and block <= len(data):
+                block = min(block * 4, len(data) + 1)
+                continue
+            text = bytes(data).decode("utf-8")
+            raise InputError(_delimited_problem(path, text, delimiter, header, error)) from None
     return table.rename_columns(named) if named is not header else table
+
+
+def _blocks(path, data, delimiter, header, limits: InputLimits, block: int) -> pa.Table:
+    reader = pa_csv.open_csv(
+        pa.BufferReader(pa.py_buffer(data)),
+        read_options=pa_csv.ReadOptions(block_size=block),
+        parse_options=pa_csv.ParseOptions(
+            delimiter=delimiter,
+            newlines_in_values=True,
+            ignore_empty_lines=len(header) > 1,  # a blank line is a null in a 1-column file
+        ),
+        convert_options=pa_csv.ConvertOptions(
+            column_types={name: pa.string() for name in header},
+            null_values=[""],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+            check_utf8=False,
+        ),
+    )
+    batches, rows = [], 0
+    for batch in reader:
+        check_cells(path, batch, rows, limits)
+        rows += batch.num_rows
+        check_count(path, rows, "max_rows", limits)
+        batches.append(batch)
+    return pa.Table.from_batches(batches, schema=reader.schema)
 
 
 def _delimited_problem(path: Path, text: str, delimiter: str, header: list[str], error) -> str:
