@@ -14,6 +14,9 @@ bound, the wrong-key case sent more than `max_concurrency` requests, or:
   line and column;
 - `half-written`: the landing sensor asked for a run while a file was being written or under
   a temporary name;
+- a hostile-file case (`gzip-bomb`, `long-cell`, `10k-columns`, `long-line`) did not end as
+  expected (refused in one `error:` line naming the limit, or loaded; `long-cell` also loads
+  intact with its limit raised) or its peak RSS reached `limit_mb` (`mixed` 1);
 - `implausible-usage`: a row given usage its request cannot have ended answered, such a row
   failed without the reason, or the recorded cost exceeded its bound.
 """
@@ -81,6 +84,10 @@ DETAILS: dict[str, tuple[str, ...]] = {
     "concurrent-runs-5": ("sizes", "runs_failed"),
     "stray-byte": ("default_refused", "default_error_names_place", "replaced_rows"),
     "half-written": ("settle_seconds", "runs_requested", "runs_requested_early", "runs_per_file"),
+    "gzip-bomb": ("file_mb", "peak_rss_mb", "limit_mb", "outcome"),
+    "long-cell": ("peak_rss_mb", "limit_mb", "outcome", "raised_intact", "raised_peak_rss_mb"),
+    "10k-columns": ("peak_rss_mb", "limit_mb", "outcome"),
+    "long-line": ("peak_rss_mb", "limit_mb", "outcome"),
     "implausible-usage": ("implausible_rows", "implausible_answered",
                           "implausible_failed_with_reason", "recorded_prompt_tokens",
                           "recorded_cost_usd", "cost_bound_usd"),

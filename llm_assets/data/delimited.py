@@ -108,6 +108,9 @@ def header_row(path: Path, payload, delimiter: str, limits: InputLimits) -> list
     """The first row of UTF-8 `payload` (as `first_row`: [] on a csv error in it), read from a
     doubling prefix; refused as soon as the prefix shows more than `max_columns` fields or a
     field longer than `max_cell_bytes` (a single line of gigabytes stops there)."""
+    too_long = "line 1 (the header): a field longer than allowed"
+    if _first_field_too_long(payload, delimiter, limits.max_cell_bytes):
+        raise limits.refusal(path, too_long, "max_cell_bytes")
     saved = csv.field_size_limit()
     csv.field_size_limit(limits.max_cell_bytes)  # characters: a longer field has more bytes
     size = _FIRST_ROW_CHARS
@@ -118,8 +121,7 @@ def header_row(path: Path, payload, delimiter: str, limits: InputLimits) -> list
                 row = next(rows, [])
             except csv.Error as error:
                 if "field larger than field limit" in str(error):
-                    what = "line 1 (the header): a field"
-                    raise limits.refusal(path, what, "max_cell_bytes") from None
+                    raise limits.refusal(path, too_long, "max_cell_bytes") from None
                 return []
             check_count(path, len(row), "max_columns", limits)
             if size >= len(payload):
@@ -132,6 +134,15 @@ def header_row(path: Path, payload, delimiter: str, limits: InputLimits) -> list
             size *= 2
     finally:
         csv.field_size_limit(saved)
+
+
+def _first_field_too_long(payload, delimiter: str, limit: int) -> bool:
+    """Whether the first `limit` + 1 bytes hold no delimiter, quote or line break: a first
+    field over `limit` (a single line of gigabytes), told without decoding it."""
+    if len(payload) <= limit or isinstance(payload, memoryview):
+        return False
+    marks = (b"\n", b"\r", b'"', delimiter.encode("utf-8"))
+    return all(payload.find(mark, 0, limit + 1) == -1 for mark in marks)
 
 
 FIRST_BLOCK = 64 * MIB

@@ -134,9 +134,12 @@ def test_a_cell_over_the_limit_is_refused_with_its_row_and_column(tmp_path, kind
     assert "row 3 (after the header), column 'text': a cell of 100 bytes" in message
 
 
-def test_a_header_field_over_the_cell_limit_is_refused(tmp_path):
+@pytest.mark.parametrize("line", ["x" * 300_000, 'a,"' + "x," * 150_000 + '"\nb'])
+def test_a_header_field_over_the_cell_limit_is_refused(tmp_path, line):
+    """One long line (told from its bytes), and a long quoted header name (told by the csv
+    reader's field limit)."""
     path = tmp_path / "line.csv"
-    path.write_text("x" * 300_000)  # one long line: the header is one 300 KB field
+    path.write_text(line)
     with pytest.raises(InputError) as caught:
         load_table(path, limits={"max_cell_bytes": 100_000})
     assert "line 1 (the header)" in one_line_refusal(caught.value, path, "max_cell_bytes")
@@ -214,3 +217,20 @@ def test_a_source_spec_carries_its_limits_to_the_loader(tmp_path):
     assert SourceSpec.parse({"path": str(path), "limits": {"max_rows": 5}}).read().num_rows == 5
     with pytest.raises(ValidationError, match="max_rows"):
         SourceSpec.parse({"path": str(path), "limits": {"max_rows": -1}})
+
+
+def test_one_long_line_is_refused_from_its_bytes_without_decoding_it(tmp_path, monkeypatch):
+    path = tmp_path / "line.csv"
+    path.write_text("x" * 3_000_000)
+    sizes = []
+    original = delimited.head_text
+
+    def spy(payload, size):
+        sizes.append(size)
+        return original(payload, size)
+
+    monkeypatch.setattr(delimited, "head_text", spy)
+    with pytest.raises(InputError) as caught:
+        load_table(path, limits={"max_cell_bytes": 1_000_000})
+    one_line_refusal(caught.value, path, "max_cell_bytes")
+    assert max(sizes) <= delimited._SNIFF_BYTES  # only the delimiter sniff's sample
