@@ -62,7 +62,6 @@ this module holds the engine's settings, secrets and HTTP plumbing. Invariants:
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import random
 import ssl
@@ -87,6 +86,7 @@ from resources.openai_wire import (
     split_url_credentials,
     structured_fields,
 )
+from resources.redaction import secret_forms
 
 __all__ = ["GROUP_MIN_CHARS", "SERVER_STYLES", "OpenAIEngine"]
 
@@ -144,9 +144,8 @@ class OpenAIEngine(LLMEngine):
         if len({(user, password) for _, user, password in parts}) > 1:
             raise ValueError("the replicas' URLs carry different user:password@ credentials")
         _, user, password = parts[0]
-        basic = base64.b64encode(f"{user}:{password}".encode()).decode() if password else None
-        # a server may echo the Basic header: its base64 is the password too
-        self._redact = Redactor([s for s in (api_key, user, password, basic) if s])
+        # a server may echo the key or the Basic header base64-encoded: those are secrets too
+        self._redact = Redactor(secret_forms(api_key, user, password))
         for clean_url, _, _ in parts:
             if not clean_url.startswith(("http://", "https://")):
                 raise ValueError(
