@@ -44,6 +44,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from llm_assets.storage import storage_guard
 from resources.engine import LLMEngine, Request, Response
 from resources.home import llm_assets_home
 
@@ -182,10 +183,13 @@ class ResponseCache:
     @contextlib.contextmanager
     def _connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A connection to the file, waiting out other processes' locks; closed on exit.
-        Calls of one process on one file take turns (`_process_lock`)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with _process_lock(self.path):
-            yield from self._connect_locked()
+        Calls of one process on one file take turns (`_process_lock`). A full disk or a
+        folder without write permission, here or in the caller's block (a COMMIT), is a
+        `StorageError` naming the file."""
+        with storage_guard(self.path, "the response cache"):  # a full disk is one line
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with _process_lock(self.path):
+                yield from self._connect_locked()
 
     def _connect_locked(self) -> Iterator[duckdb.DuckDBPyConnection]:
         deadline = time.monotonic() + self.lock_timeout_s

@@ -33,6 +33,7 @@ import pyarrow as pa
 from dagster._core.execution.context.output import RUN_ID_PLACEHOLDER
 from sqlglot import exp
 
+from llm_assets.storage import storage_guard
 from resources.duckdb_names import case_twin, duckdb_fold
 from resources.home import llm_assets_home
 
@@ -103,6 +104,10 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
         return _table(schema, name, catalog=CATALOG)
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
+        with storage_guard(self.database, "the warehouse"):  # a full disk is one line
+            return self._attach()
+
+    def _attach(self) -> duckdb.DuckDBPyConnection:
         Path(self.database).parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + self.lock_wait_s
         attach = f"ATTACH {exp.Literal.string(self.database).sql()} AS {_quoted(CATALOG)}"
@@ -129,7 +134,8 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
         # Two runs replacing one view at once conflict in DuckDB's catalog: retry.
         for attempt in range(50):
             try:
-                return self._store(context, obj)
+                with storage_guard(self.database, "the warehouse"):
+                    return self._store(context, obj)
             except duckdb.TransactionException:
                 if attempt == 49:
                     raise
