@@ -89,7 +89,7 @@ def read_bounded(path: Path, limits: InputLimits) -> bytes | bytearray:
             size = os.fstat(raw.fileno()).st_size
             if size > limits.max_bytes:
                 raise limits.refusal(path, f"the file holds {size:,} bytes", "max_bytes")
-            return raw.read()
+            return _read_plain(raw, size, path, limits)
         out = bytearray()
         try:
             with gzip.GzipFile(fileobj=raw) as inflated:
@@ -105,6 +105,23 @@ def read_bounded(path: Path, limits: InputLimits) -> bytes | bytearray:
         except (OSError, EOFError) as error:
             raise InputError(f"{path}: not a readable gzip file ({error})") from None
         return out  # (not bytes(out): that would hold the file twice)
+
+
+def _read_plain(raw, size: int, path: Path, limits: InputLimits) -> bytearray:
+    """The file's bytes read into one buffer of its size (`read()` would hold it twice while
+    it joins its parts); bytes appended since `size` was taken are read too, within the
+    limit."""
+    out = bytearray(size)
+    view, filled = memoryview(out), 0
+    while filled < size and (got := raw.readinto(view[filled:])):
+        filled += got
+    view.release()
+    del out[filled:]
+    while chunk := raw.read(CHUNK):
+        if len(out) + len(chunk) > limits.max_bytes:
+            raise limits.refusal(path, "the file grew while read", "max_bytes")
+        out += chunk
+    return out
 
 
 def check_cells(
