@@ -97,26 +97,26 @@ def _sample_rows(sample: str, delimiter: str, complete: bool) -> list[list[str]]
     return rows
 
 
-def head_text(payload: bytes | bytearray | memoryview, size: int) -> str:
-    """The text of the first `size` bytes of UTF-8 `payload` (a character cut at the end is
-    left out); the whole text when `size` covers it."""
+def head_text(source, size: int) -> str:
+    """The text of the first `size` bytes of a UTF-8 `source` (`byte_sources`; a character
+    cut at the end is left out); the whole text when `size` covers it."""
     decoder = codecs.getincrementaldecoder("utf-8")()
-    return decoder.decode(bytes(payload[:size]), final=size >= len(payload))
+    return decoder.decode(source.prefix(size), final=size >= source.length)
 
 
-def header_row(path: Path, payload, delimiter: str, limits: InputLimits) -> list[str]:
-    """The first row of UTF-8 `payload` (as `first_row`: [] on a csv error in it), read from a
+def header_row(path: Path, source, delimiter: str, limits: InputLimits) -> list[str]:
+    """The first row of a UTF-8 `source` (as `first_row`: [] on a csv error in it), read from a
     doubling prefix; refused as soon as the prefix shows more than `max_columns` fields or a
     field longer than `max_cell_bytes` (a single line of gigabytes stops there)."""
     too_long = "line 1 (the header): a field longer than allowed"
-    if _first_field_too_long(payload, delimiter, limits.max_cell_bytes):
+    if _first_field_too_long(source, delimiter, limits.max_cell_bytes):
         raise limits.refusal(path, too_long, "max_cell_bytes")
     saved = csv.field_size_limit()
     csv.field_size_limit(limits.max_cell_bytes)  # characters: a longer field has more bytes
     size = _FIRST_ROW_CHARS
     try:
         while True:
-            rows = _rows(head_text(payload, size), delimiter)
+            rows = _rows(head_text(source, size), delimiter)
             try:
                 row = next(rows, [])
             except csv.Error as error:
@@ -124,7 +124,7 @@ def header_row(path: Path, payload, delimiter: str, limits: InputLimits) -> list
                     raise limits.refusal(path, too_long, "max_cell_bytes") from None
                 return []
             check_count(path, len(row), "max_columns", limits)
-            if size >= len(payload):
+            if size >= source.length:
                 return row
             try:
                 if next(rows, None) is not None:
@@ -136,50 +136,67 @@ def header_row(path: Path, payload, delimiter: str, limits: InputLimits) -> list
         csv.field_size_limit(saved)
 
 
-def _first_field_too_long(payload, delimiter: str, limit: int) -> bool:
+def _first_field_too_long(source, delimiter: str, limit: int) -> bool:
     """Whether the first `limit` + 1 bytes hold no delimiter, quote or line break: a first
     field over `limit` (a single line of gigabytes), told without decoding it."""
-    if len(payload) <= limit or isinstance(payload, memoryview):
+    if source.length <= limit:
         return False
+    window = source.prefix(limit + 1)
     marks = (b"\n", b"\r", b'"', delimiter.encode("utf-8"))
-    return all(payload.find(mark, 0, limit + 1) == -1 for mark in marks)
+    return all(window.find(mark) == -1 for mark in marks)
 
 
-FIRST_BLOCK = 64 * MIB
-"""Bytes pyarrow parses per block at first; a file this small is one block. A row longer than
-a block (a long cell) makes pyarrow stop ("straddling"): the parse starts again with blocks
-four times as large, up to the whole file."""
+FIRST_BLOCK = MIB
+"""Bytes pyarrow parses per block at first (pyarrow's default). Small blocks keep the parse's
+memory near the table's (a 10M-row refusal peaks at ~0.9 GB with 1 MiB blocks, ~2.4 GB with
+64 MiB). A row longer than a block (a long cell) makes pyarrow stop ("straddling"): the parse
+starts again with blocks `BLOCK_GROWTH` times as large, up to the whole file."""
+BLOCK_GROWTH = 8
+COLUMNS_PER_MIB = 256
+MAX_FIRST_BLOCK = 64 * MIB
+"""A table of more than `COLUMNS_PER_MIB` columns starts with proportionally larger blocks (up
+to this): each block costs an array per column, and 10,000 columns in 1 MiB blocks took 3x
+as long to load."""
 
 
 def read_delimited(
-    path: Path, payload, delimiter: str | None, limits: InputLimits | None = None
+    path: Path, source, delimiter: str | None, limits: InputLimits | None = None
 ) -> pa.Table:
-    """The table in UTF-8 `payload` (no BOM), every column text as written, parsed block by
-    block: rows and cells are checked against `limits` as each block arrives."""
+    """The table in a UTF-8 `source` (`byte_sources`: no BOM, a final newline), every column
+    text as written, parsed block by block: rows and cells are checked against `limits` as
+    each block arrives."""
     limits = limits or InputLimits()
     if delimiter is None:
-        delimiter = sniff_delimiter(head_text(payload, _SNIFF_BYTES))
-    header = header_row(path, payload, delimiter, limits)
+        delimiter = sniff_delimiter(head_text(source, _SNIFF_BYTES))
+    header = header_row(path, source, delimiter, limits)
     named = [UNNAMED_FIRST, *header[1:]] if header[:1] == [""] and len(header) > 1 else header
     check_names(path, named, "line 1, column {}")
-    data = payload if payload[-1:] == b"\n" else bytes(payload) + b"\n"
-    block = max(1 << 10, min(len(data) + 1, FIRST_BLOCK))
+    wide = FIRST_BLOCK * -(-len(header) // COLUMNS_PER_MIB)  # one array per column per block
+    block = max(1 << 10, min(source.length + 1, wide, MAX_FIRST_BLOCK))
     while True:
         try:
-            table = _blocks(path, data, delimiter, header, limits, block)
+            table = _blocks(path, source, delimiter, header, limits, block)
             break
         except pa.ArrowInvalid as error:
-            if "straddling" in str(error) and block <= len(data):
-                block = min(block * 4, len(data) + 1)
+            if "straddling" in str(error) and block <= source.length:
+                block = min(block * BLOCK_GROWTH, source.length + 1)
                 continue
-            text = bytes(data).decode("utf-8")
+            text = source.text()
             raise InputError(_delimited_problem(path, text, delimiter, header, error)) from None
     return table.rename_columns(named) if named is not header else table
 
 
-def _blocks(path, data, delimiter, header, limits: InputLimits, block: int) -> pa.Table:
+def _blocks(path, source, delimiter, header, limits: InputLimits, block: int) -> pa.Table:
+    stream = source.stream()
+    try:
+        return _parse(path, stream, delimiter, header, limits, block)
+    finally:
+        stream.close()
+
+
+def _parse(path, stream, delimiter, header, limits: InputLimits, block: int) -> pa.Table:
     reader = pa_csv.open_csv(
-        pa.BufferReader(pa.py_buffer(data)),
+        stream,
         read_options=pa_csv.ReadOptions(block_size=block),
         parse_options=pa_csv.ParseOptions(
             delimiter=delimiter,

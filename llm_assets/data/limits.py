@@ -2,7 +2,9 @@
 bytes, rows, columns and cell size (`InputLimits`), checked while the file is read.
 
 Invariants:
-- `read_bounded` never holds more than `max_bytes` (+ one chunk) of a file: a plain file over
+- `read_bounded` (JSON, a CSV that is not UTF-8; a UTF-8 CSV streams through
+  `byte_sources.FileSource`, which counts the same way) never holds more than `max_bytes`
+  (+ one chunk) of a file: a plain file over
   the limit is refused from its size before a byte is read, a gzip file while it inflates
   (a 6 MB gzip of 2 GB stops at `max_bytes`, not at the end).
 - Every refusal is one `InputError` line naming the file, what was over which limit, and how to
@@ -11,9 +13,10 @@ Invariants:
 
 The defaults are far above any table one machine would send to an LLM, and keep a 24 GiB
 machine alive when a file is hostile (a gzip bomb, a runaway line):
-- `max_bytes` 4 GiB: the loader holds the decompressed file and its Arrow table (about the
-  same size again) at once, and later steps copy the columns a query uses; 4 GiB of text keeps
-  that under ~12 GiB. (The largest public review dumps used here are ~0.3 GB.)
+- `max_bytes` 4 GiB: a UTF-8 CSV is streamed (`byte_sources.FileSource`), but JSON, Parquet
+  and a transcoded CSV are held decompressed next to their Arrow table (about the same size
+  again), and later steps copy the columns a query uses; 4 GiB of text keeps that under
+  ~12 GiB. (The largest public review dumps used here are ~0.3 GB.)
 - `max_rows` 10,000,000: every row is one LLM call; planning and prompts hold Python objects
   per row (~0.5 KB), ~5 GB at this count; ten million calls are days of GPU time.
 - `max_columns` 16,384: the column limit of a spreadsheet (Excel), so any sheet's export fits.
@@ -128,7 +131,10 @@ def check_cells(
     path: str | Path, part: pa.Table | pa.RecordBatch, before: int, limits: InputLimits
 ) -> None:
     """Refuse the first cell of `part` (rows `before`+1.. of the file's table) whose text or
-    binary value is longer than `limits.max_cell_bytes`, naming its row and column."""
+    binary value is longer than `limits.max_cell_bytes`, naming its row and column. A part
+    whose buffers hold no more bytes than the limit has no such cell (not scanned)."""
+    if part.nbytes <= limits.max_cell_bytes:
+        return
     for name, column in zip(part.column_names, part.columns, strict=True):
         kind = column.type
         if not (

@@ -20,6 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
+import codecs
 import glob
 import re
 from collections.abc import Mapping, Sequence
@@ -27,11 +28,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from llm_assets.data.byte_sources import BufferSource, FileSource
 from llm_assets.data.checks import InputError, check_names
 from llm_assets.data.delimited import read_delimited
-from llm_assets.data.encodings import decode, utf8_payload
+from llm_assets.data.encodings import ENCODING_ERRORS, decode, utf8_payload
 from llm_assets.data.json_records import read_json
-from llm_assets.data.limits import InputLimits, check_cells, check_count, read_bounded
+from llm_assets.data.limits import CHUNK, InputLimits, check_cells, check_count, read_bounded
 from llm_assets.data.sql_types import PREDICATE_TYPES, predicate_types
 
 FORMATS = ("csv", "tsv", "parquet", "jsonl", "json")
@@ -133,20 +135,45 @@ def _read_one(
     kind = _format_of(path, format)
     if kind == "parquet":
         return _read_parquet(path, limits)
-    data = read_bounded(path, limits)
     if kind in ("csv", "tsv"):
-        payload = utf8_payload(path, data, encoding, kind, delimiter, encoding_errors)
-        del data  # (when the file was transcoded: one copy fewer while it is parsed)
-        if re.search(rb"\S", payload) is None:
-            raise InputError(f"{path}: the file is empty (expected a header row or records)")
         if kind == "tsv" and delimiter is None:
             delimiter = "\t"
-        return read_delimited(path, payload, delimiter, limits)
+        return read_delimited(
+            path, _utf8_source(path, encoding, kind, delimiter, encoding_errors, limits),
+            delimiter, limits,
+        )  # fmt: skip
+    data = read_bounded(path, limits)
     text = decode(path, data, encoding, kind, delimiter, encoding_errors)
     del data  # the text holds the file from here: one copy fewer while it is parsed
     if not text or text.isspace():  # (not `strip()`: that copies the whole text)
         raise InputError(f"{path}: the file is empty (expected a header row or records)")
     return read_json(path, text, limits)
+
+
+def _utf8_source(path, encoding, kind, delimiter, encoding_errors, limits: InputLimits):
+    """The CSV / TSV file as UTF-8 bytes: streamed from disk when it is valid UTF-8 and read
+    as UTF-8 (`FileSource`), else read whole and transcoded (`utf8_payload`)."""
+    if encoding_errors not in ENCODING_ERRORS:
+        raise InputError(
+            f"encoding_errors {encoding_errors!r}: expected one of {list(ENCODING_ERRORS)}"
+        )
+    source = None
+    if encoding is None or _is_utf8(path, encoding):
+        source = FileSource.scan(path, limits)
+    if source is None:
+        data = read_bounded(path, limits)
+        source = BufferSource(utf8_payload(path, data, encoding, kind, delimiter, encoding_errors))
+        del data
+    if re.search(rb"\S", source.prefix(CHUNK)) is None and source.length <= CHUNK:
+        raise InputError(f"{path}: the file is empty (expected a header row or records)")
+    return source
+
+
+def _is_utf8(path: Path, encoding: str) -> bool:
+    try:
+        return codecs.lookup(encoding).name in ("utf-8", "utf-8-sig")
+    except LookupError:
+        raise InputError(f"unknown encoding {encoding!r} for {path}") from None
 
 
 # --- Parquet and globs --------------------------------------------------------------------
