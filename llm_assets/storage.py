@@ -20,14 +20,9 @@ from pathlib import Path
 
 __all__ = ["STORAGE_ERRNOS", "StorageError", "storage_guard"]
 
-STORAGE_ERRNOS = {
-    errno.ENOSPC: "no space left on the device",
-    errno.EDQUOT: "the disk quota is exceeded",
-    errno.EACCES: "permission denied",
-    errno.EPERM: "operation not permitted",
-    errno.EROFS: "the file system is read-only",
-}
-"""The errnos that are about where a file is written, with how the message says them."""
+STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS)
+"""The errnos that are about where a file is written (the message says them in the system's
+words, `os.strerror`: "No space left on device")."""
 _ADVICE = {
     errno.ENOSPC: "free space there or write elsewhere",
     errno.EDQUOT: "free space there or write elsewhere",
@@ -69,5 +64,5 @@ def storage_guard(path: str | os.PathLike[str], what: str) -> Iterator[None]:
             raise
         name = errno.errorcode.get(number, str(number))
         advice = _ADVICE.get(number, "give a path you may write, or fix its permissions")
-        message = f"cannot write {what} {Path(path)}: {STORAGE_ERRNOS[number]} ({name}); {advice}"
+        message = f"cannot write {what} {Path(path)}: {os.strerror(number)} ({name}); {advice}"
         raise StorageError(number, message, str(path)) from exc

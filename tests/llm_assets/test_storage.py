@@ -75,7 +75,7 @@ def test_a_full_device_is_one_line_with_its_errno(tmp_path):
         with storage_guard(tmp_path / "x.csv", "the result file"), open("/dev/full", "wb") as f:
             f.write(b"a")
             f.flush()
-    one_line(caught.value, tmp_path / "x.csv", errno.ENOSPC, "no space left on the device")
+    one_line(caught.value, tmp_path / "x.csv", errno.ENOSPC, "No space left on device")
 
 
 def test_other_errors_pass_through_unchanged(tmp_path):
@@ -107,7 +107,7 @@ def test_a_full_disk_under_a_result_is_one_line_and_leaves_no_part_file(full_dis
     target = full_disk / "result.csv"
     with pytest.raises(StorageError) as caught:
         write_table(pd.DataFrame({"a": ["x" * 1000] * 5000}), target)
-    one_line(caught.value, target, errno.ENOSPC, "no space left on the device")
+    one_line(caught.value, target, errno.ENOSPC, "No space left on device")
     assert sorted(p.name for p in full_disk.iterdir()) == ["filler"]
 
 
