@@ -17,6 +17,9 @@ bound, the wrong-key case sent more than `max_concurrency` requests, or:
   a temporary name;
 - a fleet case (`fleet-*`) ran past 1.5x its healthy replicas alone (30 s when all are
   dead), or a request was served twice (beyond those abandoned at the slow replica);
+- a hostile-file case (`gzip-bomb`, `long-cell`, `10k-columns`, `long-line`) did not end as
+  expected (refused in one `error:` line naming the limit, or loaded; `long-cell` also loads
+  intact with its limit raised) or its peak RSS reached `limit_mb` (`mixed` 1);
 - `implausible-usage`: a row given usage its request cannot have ended answered, such a row
   failed without the reason, or the recorded cost exceeded its bound.
 """
@@ -94,6 +97,10 @@ DETAILS: dict[str, tuple[str, ...]] = {
               "per_replica", "stopped")
        for name in ("fleet-3-bad-of-4", "fleet-hung-1-of-2", "fleet-slow-1-of-4",
                     "fleet-all-dead")},
+    "gzip-bomb": ("file_mb", "peak_rss_mb", "limit_mb", "outcome"),
+    "long-cell": ("peak_rss_mb", "limit_mb", "outcome", "raised_intact", "raised_peak_rss_mb"),
+    "10k-columns": ("peak_rss_mb", "limit_mb", "outcome"),
+    "long-line": ("peak_rss_mb", "limit_mb", "outcome"),
     "implausible-usage": ("implausible_rows", "implausible_answered",
                           "implausible_failed_with_reason", "recorded_prompt_tokens",
                           "recorded_cost_usd", "cost_bound_usd"),

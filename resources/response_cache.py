@@ -48,6 +48,7 @@ import pyarrow as pa
 
 from resources.engine import LLMEngine, Request, Response
 from resources.home import llm_assets_home
+from resources.storage import storage_guard
 
 __all__ = [
     "CACHE_FILE_NAME",
@@ -185,10 +186,13 @@ class ResponseCache:
     @contextlib.contextmanager
     def _connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A connection to the file, waiting out other processes' locks; closed on exit.
-        Calls of one process on one file take turns (`_process_lock`)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with _process_lock(self.path):
-            yield from self._connect_locked()
+        Calls of one process on one file take turns (`_process_lock`). A full disk or a
+        folder without write permission, here or in the caller's block (a COMMIT), is a
+        `StorageError` naming the file."""
+        with storage_guard(self.path, "the response cache"):  # a full disk is one line
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with _process_lock(self.path):
+                yield from self._connect_locked()
 
     def _connect_locked(self) -> Iterator[duckdb.DuckDBPyConnection]:
         deadline = time.monotonic() + self.lock_timeout_s

@@ -40,6 +40,7 @@ from sqlglot import exp
 from resources.duckdb_names import case_twin, duckdb_fold
 from resources.home import llm_assets_home
 from resources.run_liveness import Liveness
+from resources.storage import storage_guard
 from resources.warehouse_slots import reconcile, record_slot
 
 VERSIONS = "_llm_assets_versions"
@@ -111,6 +112,10 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
         return _table(schema, name, catalog=CATALOG)
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
+        with storage_guard(self.database, "the warehouse"):  # a full disk is one line
+            return self._attach()
+
+    def _attach(self) -> duckdb.DuckDBPyConnection:
         Path(self.database).parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + self.lock_wait_s
         attach = f"ATTACH {exp.Literal.string(self.database).sql()} AS {_quoted(CATALOG)}"
@@ -137,7 +142,8 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
         # Two runs replacing one view at once conflict in DuckDB's catalog: retry.
         for attempt in range(50):
             try:
-                return self._store(context, obj)
+                with storage_guard(self.database, "the warehouse"):
+                    return self._store(context, obj)
             except duckdb.TransactionException:
                 if attempt == 49:
                     raise

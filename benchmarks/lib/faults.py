@@ -39,7 +39,10 @@ instance's storage a real PostgreSQL) of q1's lineage at once on one home
 (`benchmarks.lib.concurrent_runs`); `stray-byte` (a UTF-8 file with one invalid byte: refused
 by default with file, line and column, run with `encoding_errors: replace`) and `half-written`
 (the landing sensor looking at a file while it is written, and at a temporary name)
-(`benchmarks.lib.input_faults`).
+(`benchmarks.lib.input_faults`). The hostile-file cases (`gzip-bomb`, `long-cell`,
+`10k-columns`, `long-line`) run `llm-assets plan` on a generated file in a fresh process and
+add its `peak_rss_mb` (`benchmarks.lib.bounded_input`; `mixed` 1: not the expected outcome or
+a peak over `limit_mb`).
 
 `python -m benchmarks.faults` is the command line; tests call `run_fault_matrix(smoke=True)`.
 """
@@ -54,6 +57,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from benchmarks.lib.bounded_input import BOUNDED_INPUT_CASES, bounded_input_case
 from benchmarks.lib.fault_setup import (
     ClientSettings,
     FaultScenario,
@@ -129,6 +133,9 @@ PRODUCT_CASES: tuple[str, ...] = ("concurrent-runs", "concurrent-runs-5",
 """The cases that check result rows against their source (they report `mixed`)."""
 SMOKE_FAULTS: tuple[str, ...] = ("none", "503", "hang", "drop", "malformed", "kill9")
 """The scenarios of `smoke=True` (the test suite's version)."""
+FAULT_MATRIX += tuple(  # the hostile files (`benchmarks.lib.bounded_input`)
+    FaultScenario(name, description=what) for name, what in BOUNDED_INPUT_CASES.items()
+)
 
 
 def run_fault_matrix(
@@ -161,6 +168,8 @@ def run_fault_matrix(
                 results[name] = run_hostile_case(name, rows, settings)
             elif name in FLEET_CASES:
                 results[name] = run_fleet_case(name, rows, settings, scratch)
+            elif name in BOUNDED_INPUT_CASES:
+                results[name] = bounded_input_case(name, scratch)
             elif name in PRODUCT_CASES:
                 results[name] = _product_case(name, rows, scratch)
             elif scenario.kill_client:

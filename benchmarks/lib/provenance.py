@@ -58,6 +58,11 @@ MEASURES: Mapping[str, tuple[str, ...]] = {
         "benchmarks/lib/concurrent_runs.py",
         "benchmarks/lib/postgres.py",
     ),  # fmt: skip
+    "faults_bounded_input": (
+        "llm_assets/data",
+        "llm_assets/cli",
+        "benchmarks/lib/bounded_input.py",
+    ),
     "fidelity": (*_SIM, "benchmarks/fidelity.py"),
     "fleet": (
         *_OPENAI,

@@ -21,6 +21,7 @@ from llm_assets.cli.inputs import (
     check_out,
     fail,
     label_option,
+    limit_options,
     load_inputs,
     parse_fields,
     parse_tables,
@@ -54,7 +55,8 @@ def main() -> None:
     show_default=True,
 )
 @click.option("--out", type=click.Path(path_type=Path), help="Write the schedule as JSON here.")
-def reorder(input_path: Path, fields: str | None, method: str, out: Path | None) -> None:
+@limit_options
+def reorder(input_path: Path, fields: str | None, method: str, out: Path | None, limits) -> None:
     """Reorder rows and fields for prefix-cache reuse; print hit rates and timing."""
     from llm_assets.data.tables import load_table
     from llm_assets.optimizer import encode
@@ -62,7 +64,7 @@ def reorder(input_path: Path, fields: str | None, method: str, out: Path | None)
     from llm_assets.optimizer.metrics import char_hit_rate, phc
 
     try:
-        table = load_table(input_path)
+        table = load_table(input_path, limits=limits or None)
     except ValueError as exc:
         fail(str(exc))
     chosen = parse_fields(table, fields)
@@ -247,8 +249,11 @@ def response_cache(engine: str, cache: bool | None):
     help="Requests per chunk committed to the response cache (a kill loses at most one).",
 )
 @label_option
+@limit_options
 @engine_options
-def run_command(query_path, tables, method, out, cache, chunk_size, label_column, **switches):
+def run_command(
+    query_path, tables, method, out, cache, chunk_size, label_column, limits, **switches
+):
     """Run an LLM-SQL query over files: every row answered, skipped or failed, with a summary
     (rows, requests, token hit rate, engine time, cost) as one JSON object on stdout."""
     from llm_assets.data.writers import write_table
@@ -258,6 +263,7 @@ def run_command(query_path, tables, method, out, cache, chunk_size, label_column
     from resources.llama_cpp.server import ServerStartError
     from resources.response_cache import CacheLockTimeout
     from resources.runner import TooManyErrors
+    from resources.storage import StorageError
 
     started = time.perf_counter()
     switches = Switches(**switches)
@@ -266,7 +272,7 @@ def run_command(query_path, tables, method, out, cache, chunk_size, label_column
         options = query_options(**{**options.model_dump(), "chunk_size": chunk_size})
     sql = read_sql(query_path)
     named = parse_tables(tables)
-    query, frames = load_inputs(sql, named, query_path.stem, label_column)
+    query, frames = load_inputs(sql, named, query_path.stem, label_column, limits)
     check_out(out, named, query_path, True)  # the result and, beside it, the answer
     responses = response_cache(switches.engine, cache)
     kept = (
@@ -280,7 +286,7 @@ def run_command(query_path, tables, method, out, cache, chunk_size, label_column
         run = run_query(
             query, frames, options, llm, cache=responses, progress=ProgressBar(), label=label_column
         )
-    except (ValueError, CacheLockTimeout, ServerStartError) as exc:
+    except (ValueError, CacheLockTimeout, ServerStartError, StorageError) as exc:
         fail(str(exc))
     except TooManyErrors as exc:
         fail(f"{exc}{kept}")
@@ -331,8 +337,9 @@ def run_command(query_path, tables, method, out, cache, chunk_size, label_column
     help="Comma-separated reorder methods to compare.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@limit_options
 @engine_options
-def plan_command(query_path, tables, methods, as_json, **switches):
+def plan_command(query_path, tables, methods, as_json, limits, **switches):
     """What-if before sending anything: every LLM stage of the query predicted per method
     (rows reaching it, requests, tokens, token hit rate, simulated engine time, cost) on the
     simulated engine, as a table or one JSON object with --json (each method's totals over
@@ -345,7 +352,9 @@ def plan_command(query_path, tables, methods, as_json, **switches):
     switches = Switches(**switches)
     if switches.engine != "sim":
         fail("plan sends nothing: it always uses the simulated engine (drop --engine)")
-    query, frames = load_inputs(read_sql(query_path), parse_tables(tables), query_path.stem)
+    query, frames = load_inputs(
+        read_sql(query_path), parse_tables(tables), query_path.stem, limits=limits
+    )
     report = {"query": query.name, "llm_calls": [c.name for c in query.llm_calls], "methods": {}}
     names = [m.strip() for m in methods.split(",") if m.strip()]
     for k, method in enumerate(names):

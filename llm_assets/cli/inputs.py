@@ -5,7 +5,9 @@ status 2 (`fail`), never a traceback."""
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
@@ -70,9 +72,37 @@ def query_options(**values):
         fail(f"option {'.'.join(map(str, error['loc']))}: {error['msg']}")
 
 
-def load_inputs(sql: str, tables: dict[str, str], name: str, label: str | None = None):
-    """The compiled query and its tables, read by the one loader (one-line errors); a `label`
-    column none of them has is refused (`check_label`)."""
+LIMIT_FIELDS = ("max_bytes", "max_rows", "max_columns", "max_cell_bytes")
+"""`llm_assets.data.limits.InputLimits`' fields, each a flag (`--max-bytes N`, ...)."""
+
+
+def limit_options(f):
+    """The input-limit flags of a command that reads tables: they reach it as one `limits`
+    mapping of the flags given (the others keep `InputLimits`' defaults)."""
+
+    @functools.wraps(f)
+    def command(*args, **kwargs):
+        given = {k: v for k in LIMIT_FIELDS if (v := kwargs.pop(k)) is not None}
+        return f(*args, limits=given, **kwargs)
+
+    for field in reversed(LIMIT_FIELDS):
+        flag = "--" + field.replace("_", "-")
+        what = field.removeprefix("max_").replace("_", " ")
+        help_text = f"Refuse a table over this many {what} (default: InputLimits')."
+        option = click.option(flag, field, type=click.IntRange(min=1), help=help_text)
+        command = option(command)
+    return command
+
+
+def load_inputs(
+    sql: str,
+    tables: dict[str, str],
+    name: str,
+    label: str | None = None,
+    limits: Mapping[str, int] | None = None,
+):
+    """The compiled query and its tables, read by the one loader within `limits` (one-line
+    errors); a `label` column none of them has is refused (`check_label`)."""
     from llm_assets.data.tables import load_table
     from llm_assets.sql.compiler import compile_sql
 
@@ -85,7 +115,7 @@ def load_inputs(sql: str, tables: dict[str, str], name: str, label: str | None =
     if missing:
         fail(f"the query reads table(s) {missing}: give each with --table NAME=PATH")
     try:
-        frames = {t: load_table(tables[t]) for t in needed}
+        frames = {t: load_table(tables[t], limits=limits or None) for t in needed}
     except ValueError as exc:
         fail(str(exc))
     check_label(query, frames, label)

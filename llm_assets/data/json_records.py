@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from llm_assets.data.checks import InputError, check_names
+from llm_assets.data.limits import InputLimits, check_cells, check_count
 
 
 class _RawNumber(str):
@@ -45,7 +46,7 @@ def _cell(value) -> str | None:
     return _compact(value)
 
 
-def _records(path: Path, text: str) -> tuple[list, list[str]]:
+def _records(path: Path, text: str, limits: InputLimits) -> tuple[list, list[str]]:
     """The parsed records and where each is ('item N' of a top-level list, else 'line N' of
     JSON lines). JSON lines are decoded as one array (fast); when that fails, line by line
     for the line that is wrong."""
@@ -60,9 +61,12 @@ def _records(path: Path, text: str) -> tuple[list, list[str]]:
             ) from None
         if not isinstance(document, list):
             raise InputError(f"{path}: line 1: the top-level value is not a list; {accepted}")
+        check_count(path, len(document), "max_rows", limits)
         return document, [f"item {n}" for n in range(1, len(document) + 1)]
     lines = text.split("\n")  # not splitlines(): U+2028 and U+0085 may sit inside a string
     numbered = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
+    del lines
+    check_count(path, len(numbered), "max_rows", limits)  # one record a line: before parsing
     try:
         records = _DECODER.decode("[" + ",".join(line for _, line in numbered) + "]")
         if len(records) == len(numbered):
@@ -80,8 +84,12 @@ def _records(path: Path, text: str) -> tuple[list, list[str]]:
     raise AssertionError("unreachable: every line decodes but the lines together do not")
 
 
-def read_json(path: Path, text: str) -> pa.Table:
-    records, where = _records(path, text)
+def read_json(path: Path, text: str, limits: InputLimits | None = None) -> pa.Table:
+    """The records of `text` as a table (see the module docstring), refused over `limits`:
+    rows before the records are parsed (JSON lines), columns and cells before the table is
+    returned."""
+    limits = limits or InputLimits()
+    records, where = _records(path, text, limits)
     shapes = {}
     for number, record in enumerate(records):
         if type(record) is not dict:
@@ -89,10 +97,13 @@ def read_json(path: Path, text: str) -> pa.Table:
             raise InputError(f"{path}: {where[number]}: expected a JSON object, got a {got}")
         shapes.setdefault(tuple(record), None)
     names = list(dict.fromkeys(k for shape in shapes for k in shape))
+    check_count(path, len(names), "max_columns", limits)
     check_names(path, names, "column {}")
     struct = pa.struct([(k, pa.string()) for k in names])
     try:  # fast path: only text and nulls; a missing key is a null
-        return pa.Table.from_struct_array(pa.array(records, struct))
+        table = pa.Table.from_struct_array(pa.array(records, struct))
     except (pa.ArrowTypeError, pa.ArrowInvalid):
         cells = [{k: _cell(v) for k, v in record.items()} for record in records]
-        return pa.Table.from_struct_array(pa.array(cells, struct))
+        table = pa.Table.from_struct_array(pa.array(cells, struct))
+    check_cells(path, table, 0, limits)
+    return table

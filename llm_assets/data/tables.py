@@ -20,16 +20,20 @@ Invariants:
 
 from __future__ import annotations
 
+import codecs
 import glob
-import gzip
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pyarrow as pa
 
+from llm_assets.data.byte_sources import BufferSource, FileSource
 from llm_assets.data.checks import InputError, check_names
-from llm_assets.data.delimited import first_row, read_delimited, sniff_delimiter
+from llm_assets.data.delimited import read_delimited
+from llm_assets.data.encodings import ENCODING_ERRORS, decode, utf8_payload
 from llm_assets.data.json_records import read_json
+from llm_assets.data.limits import CHUNK, InputLimits, check_cells, check_count, read_bounded
 from llm_assets.data.sql_types import PREDICATE_TYPES, predicate_types
 
 FORMATS = ("csv", "tsv", "parquet", "jsonl", "json")
@@ -44,10 +48,16 @@ SUFFIXES = {
 }
 """Extension -> format; the text formats also accept a trailing `.gz`."""
 _GLOB_CHARS = frozenset("*?[")
-NEWLINE = b"\n"
 
 
-__all__ = ["FORMATS", "PREDICATE_TYPES", "InputError", "load_table", "predicate_types"]
+__all__ = [
+    "FORMATS",
+    "PREDICATE_TYPES",
+    "InputError",
+    "InputLimits",
+    "load_table",
+    "predicate_types",
+]
 
 
 def load_table(
@@ -57,21 +67,27 @@ def load_table(
     encoding: str | None = None,
     delimiter: str | None = None,
     encoding_errors: str = "strict",
+    limits: InputLimits | Mapping[str, int] | None = None,
 ) -> pa.Table:
     """The table in `path_or_glob`; a glob reads every match in sorted order and concatenates
     them (all must have the same columns), as does a list of paths (in its order). `format`
     (csv, tsv, parquet, jsonl, json) overrides the extension, `encoding` the UTF-8 /
     Windows-1252 detection (per file, preferring UTF-8; `encoding_errors="replace"` reads a
     byte invalid there as U+FFFD instead of stopping) and `delimiter` the detection among `,`
-    tab `;` `|` (a `.tsv` file is tab-separated)."""
+    tab `;` `|` (a `.tsv` file is tab-separated). `limits` (`InputLimits`, or a mapping of some
+    of its fields) bound each file's decompressed bytes, rows, columns and cells, and the rows
+    of all files together; a file over one is refused while it is read."""
     if format is not None and format not in FORMATS:
         raise InputError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
     if delimiter is not None and len(delimiter) != 1:
         raise InputError(f"delimiter must be one character, got {delimiter!r}")
-    tables = [
-        (path, _read_one(path, format, encoding, delimiter, encoding_errors))
-        for path in _expand(path_or_glob)
-    ]
+    bounds = InputLimits.parse(limits)
+    tables, rows = [], 0
+    for path in _expand(path_or_glob):
+        table = _read_one(path, format, encoding, delimiter, encoding_errors, bounds)
+        rows += table.num_rows
+        check_count(f"{path} (with the files before it)", rows, "max_rows", bounds)
+        tables.append((path, table))
     return _concat(tables)
 
 
@@ -113,117 +129,76 @@ def _read_one(
     format: str | None,
     encoding: str | None,
     delimiter: str | None,
-    encoding_errors: str = "strict",
+    encoding_errors: str,
+    limits: InputLimits,
 ) -> pa.Table:
     kind = _format_of(path, format)
     if kind == "parquet":
-        return _read_parquet(path)
-    data = path.read_bytes()
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as error:
-            raise InputError(f"{path}: not a readable gzip file ({error})") from None
-    text = _decode(path, data, encoding, kind, delimiter, encoding_errors)
+        return _read_parquet(path, limits)
+    if kind in ("csv", "tsv"):
+        if kind == "tsv" and delimiter is None:
+            delimiter = "\t"
+        return read_delimited(
+            path, _utf8_source(path, encoding, kind, delimiter, encoding_errors, limits),
+            delimiter, limits,
+        )  # fmt: skip
+    data = read_bounded(path, limits)
+    text = decode(path, data, encoding, kind, delimiter, encoding_errors)
     del data  # the text holds the file from here: one copy fewer while it is parsed
     if not text or text.isspace():  # (not `strip()`: that copies the whole text)
         raise InputError(f"{path}: the file is empty (expected a header row or records)")
-    if kind == "tsv" and delimiter is None:
-        delimiter = "\t"
-    if kind in ("csv", "tsv"):
-        return read_delimited(path, text, delimiter or sniff_delimiter(text))
-    return read_json(path, text)
+    return read_json(path, text, limits)
 
 
-# --- encodings ----------------------------------------------------------------------------
-
-
-def _decode(
-    path: Path,
-    data: bytes,
-    encoding: str | None,
-    kind: str,
-    delimiter: str | None,
-    errors: str = "strict",
-) -> str:
-    """The file's text; a BOM is dropped. `encoding` when given, else detected per file,
-    preferring UTF-8: a file is UTF-8 when it decodes as UTF-8 or holds at least one valid
-    multi-byte UTF-8 sequence; only a file with neither is read as Windows-1252. A byte that is
-    not valid in the chosen encoding is an InputError naming the file, line and column, or,
-    with `errors="replace"`, becomes U+FFFD (that byte only; nothing else changes)."""
-    if errors not in ENCODING_ERRORS:
-        raise InputError(f"encoding_errors {errors!r}: expected one of {list(ENCODING_ERRORS)}")
-    name = encoding or ("utf-8-sig" if _looks_utf8(data) else "cp1252")
-    try:
-        return data.decode(name, errors).removeprefix("\ufeff")
-    except LookupError:
-        raise InputError(f"unknown encoding {name!r} for {path}") from None
-    except UnicodeDecodeError as error:
-        failure = error
-    where = _where(data, failure.start, kind, delimiter)
-    byte = f"byte 0x{data[failure.start]:02x}"
-    bad = _invalid_utf8(data) if name == "utf-8-sig" else None
-    if encoding:
-        problem = f"is not valid {encoding}"
-    elif bad is not None:
-        problem = (
-            f"is not valid UTF-8, in a file that is otherwise UTF-8 ({bad} such place"
-            f"{'s' if bad != 1 else ''})"
+def _utf8_source(path, encoding, kind, delimiter, encoding_errors, limits: InputLimits):
+    """The CSV / TSV file as UTF-8 bytes: streamed from disk when it is valid UTF-8 and read
+    as UTF-8 (`FileSource`), else read whole and transcoded (`utf8_payload`)."""
+    if encoding_errors not in ENCODING_ERRORS:
+        raise InputError(
+            f"encoding_errors {encoding_errors!r}: expected one of {list(ENCODING_ERRORS)}"
         )
-    else:
-        problem = "is neither UTF-8 nor Windows-1252 (cp1252)"
-    raise InputError(
-        f"{path}: {where}: {byte} {problem}; fix the file, pass encoding_errors='replace' to "
-        "read each such byte as U+FFFD, or encoding=... (e.g. utf-8, cp1252, latin-1)"
-    )
+    source = None
+    if encoding is None or _is_utf8(path, encoding):
+        source = FileSource.scan(path, limits)
+    if source is None:
+        data = read_bounded(path, limits)
+        source = BufferSource(utf8_payload(path, data, encoding, kind, delimiter, encoding_errors))
+        del data
+    if re.search(rb"\S", source.prefix(CHUNK)) is None and source.length <= CHUNK:
+        raise InputError(f"{path}: the file is empty (expected a header row or records)")
+    return source
 
 
-ENCODING_ERRORS = ("strict", "replace")
-
-
-def _looks_utf8(data: bytes) -> bool:
-    """Whether `data` decodes as UTF-8 or holds at least one valid multi-byte sequence."""
+def _is_utf8(path: Path, encoding: str) -> bool:
     try:
-        data.decode("utf-8")
-        return True
-    except UnicodeDecodeError:
-        return not data.decode("utf-8", "ignore").isascii()
-
-
-def _invalid_utf8(data: bytes) -> int:
-    """How many invalid UTF-8 sequences `data` holds (each one U+FFFD under "replace")."""
-    replaced = data.decode("utf-8", "replace").count("\ufffd")
-    return replaced - data.count("\ufffd".encode())
-
-
-def _where(data: bytes, offset: int, kind: str, delimiter: str | None) -> str:
-    """'line N' (1-based) of byte `offset`, plus the CSV column it falls in when known."""
-    line_start = data.rfind(NEWLINE, 0, offset) + 1
-    where = f"line {data.count(NEWLINE, 0, offset) + 1}"
-    if kind not in ("csv", "tsv"):
-        return where
-    text = data.decode("utf-8", errors="replace")
-    delimiter = delimiter or ("\t" if kind == "tsv" else sniff_delimiter(text))
-    header = first_row(text, delimiter)
-    prefix = data[line_start:offset].decode("utf-8", errors="replace")
-    index = len(first_row(prefix + "x", delimiter)) - 1
-    if 0 <= index < len(header):
-        where += f", column {index + 1} ({header[index]!r})"
-    return where
+        return codecs.lookup(encoding).name in ("utf-8", "utf-8-sig")
+    except LookupError:
+        raise InputError(f"unknown encoding {encoding!r} for {path}") from None
 
 
 # --- Parquet and globs --------------------------------------------------------------------
 
 
-def _read_parquet(path: Path) -> pa.Table:
+def _read_parquet(path: Path, limits: InputLimits) -> pa.Table:
+    """The Parquet file's table; its row count, column count and uncompressed size (from the
+    footer) are checked against `limits` before any data is read, its cells after."""
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
+        with pq.ParquetFile(path) as file:
+            meta = file.metadata
+            check_count(path, meta.num_rows, "max_rows", limits)
+            check_count(path, len(file.schema_arrow), "max_columns", limits)
+            size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+            if size > limits.max_bytes:
+                what = f"the file's data is {size:,} bytes uncompressed"
+                raise limits.refusal(path, what, "max_bytes")
+            table = file.read()
     except (pa.ArrowException, OSError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise InputError(f"{path}: not a readable Parquet file ({first})") from None
     check_names(path, table.column_names, "column {}")
+    check_cells(path, table, 0, limits)
     return table
 
 

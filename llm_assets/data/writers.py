@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from resources.storage import storage_guard
+
 __all__ = ["FORMATS", "accepted_extensions", "check_target", "write_table"]
 
 
@@ -104,10 +106,16 @@ def write_table(frame: pd.DataFrame, path: Path) -> None:
     """Write `frame` to `path` in the format of its extension (see `FORMATS`), atomically:
     a temporary file `.<name>.*.part` in the same folder, flushed to disk, then `os.replace`d
     over `path`. On any failure the temporary file is removed, `path` is untouched and the
-    exception propagates."""
+    exception propagates; a full disk, a quota or a missing permission as a one-line
+    `resources.storage.StorageError` (an OSError with its errno) naming `path`."""
     writer = FORMATS.get(path.suffix.lower())
     if writer is None:
         raise ValueError(f"{path}: unsupported extension (accepted: {accepted_extensions()})")
+    with storage_guard(path, "the result file"):
+        _write_atomically(frame, path, writer)
+
+
+def _write_atomically(frame: pd.DataFrame, path: Path, writer) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
     os.close(fd)
     try:

@@ -8,6 +8,9 @@ way everywhere (prompts, metrics, dedup), so a value never looks different in tw
   integral floats without ".0" only if the caller renders them so (we keep "3.0")
 - nested (list, struct, map; numpy arrays from pandas) -> compact JSON (`[1,2]`,
   `{"x":"é"}`), the same from Arrow and pandas, never Python or numpy text
+- typed values as their SQL text: a date `2024-02-29`, a timestamp with its zone's offset
+  (`2024-02-29 11:00:00+01:00`), a decimal with its scale (`1.10`), binary as PostgreSQL's
+  hex form (`\\x00ff`), a duration as ISO 8601 (`P1DT2H0.5S`, `-PT5S`)
 - everything else -> str(value); strings are kept verbatim (braces, newlines and all)
 
 `EncodedTable` holds, per chosen field, integer codes per row (`codes[:, j]`) numbered in
@@ -17,6 +20,8 @@ lengths. It is built once; all algorithms work on the codes, never on Python cel
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
 import math
 from collections.abc import Sequence
@@ -43,11 +48,42 @@ def render_cell(value: Any) -> str:
         return "" if math.isnan(value) else repr(float(value))
     if isinstance(value, int | np.integer):
         return str(int(value))
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "\\x" + bytes(value).hex()  # binary has no text: never decoded, never altered
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")  # its scale kept (1.10), never an exponent
+    if isinstance(value, datetime.timedelta | np.timedelta64):
+        return iso_duration(value)
     if isinstance(value, dict | list | tuple | np.ndarray):
         return json.dumps(_plain(value), ensure_ascii=False, separators=(",", ":"))
     return str(value)
+
+
+def iso_duration(value: datetime.timedelta | np.timedelta64) -> str:
+    """A duration as ISO 8601 (`PT5S`, `P1DT2H0.0005S`, `-PT1M`, `PT0S`), exact to the
+    nanosecond; '' for NaT.
+
+    >>> iso_duration(datetime.timedelta(days=1, hours=2, microseconds=500))
+    'P1DT2H0.0005S'
+    """
+    if isinstance(value, pd.Timedelta):
+        ns = value.value
+    elif isinstance(value, datetime.timedelta):  # (Python's: beyond pandas' ns range too)
+        ns = ((value.days * 86_400 + value.seconds) * 10**6 + value.microseconds) * 1000
+    else:
+        converted = pd.Timedelta(value)
+        if converted is pd.NaT:
+            return ""
+        ns = converted.value
+    sign, ns = ("-" if ns < 0 else ""), abs(ns)
+    days, ns = divmod(ns, 86_400 * 10**9)
+    hours, ns = divmod(ns, 3_600 * 10**9)
+    minutes, ns = divmod(ns, 60 * 10**9)
+    seconds, fraction = divmod(ns, 10**9)
+    time = (f"{hours}H" if hours else "") + (f"{minutes}M" if minutes else "")
+    if seconds or fraction or not (days or time):
+        time += str(seconds) + (f".{fraction:09d}".rstrip("0") if fraction else "") + "S"
+    return f"{sign}P" + (f"{days}D" if days else "") + (f"T{time}" if time else "")
 
 
 def _plain(value: Any) -> Any:

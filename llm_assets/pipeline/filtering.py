@@ -189,6 +189,8 @@ def filtered_rows(
         skip = _skip_reason(query) if pushdown and not semantic else exp.null()
         order = [exp.column(rows[query.sources[i].alias], quoted=True) for i in by_size]
         taken = passed_through_text(query, arrows, typed, rows)
+        kept = passed_through_typed(query, arrows, rows)
+        taken = {**taken, **kept}
         star = exp.Star(except_=[exp.column(c, quoted=True) for c in taken] or None)
         sql = (
             exp.select(star, exp.alias_(skip, "_skip", quoted=True))
@@ -200,7 +202,11 @@ def filtered_rows(
         con.close()
     parts = {c: frame[c] for c in frame.columns}
     for name, (column, index) in taken.items():
-        parts[name] = pd.Series(take_text(column, frame[index].to_numpy()), copy=False)
+        if name in kept:  # its Arrow type kept, so it renders as the table holds it
+            values = pc.take(column, pa.array(frame[index].to_numpy(), pa.int64()))
+            parts[name] = pd.Series(pd.arrays.ArrowExtensionArray(values), copy=False)
+        else:
+            parts[name] = pd.Series(take_text(column, frame[index].to_numpy()), copy=False)
     del frame
     names = query.output_names()
     columns = [names[c] for c in query.columns_needed()] + list(rows.values()) + ["_skip"]
@@ -299,6 +305,38 @@ def passed_through_text(
         ):
             continue
         out[name] = (arrow.column(column), rows[alias])
+    return out
+
+
+def _converts_lossily(kind: pa.DataType) -> bool:
+    """An Arrow type whose values DuckDB's `.df()` changes (a date becomes a midnight
+    timestamp, a timestamp moves to the session's zone, a decimal becomes a float and loses
+    its scale, binary a `bytearray`, a duration pandas' `0 days 00:00:05`)."""
+    return (
+        pa.types.is_date(kind)
+        or pa.types.is_timestamp(kind)
+        or pa.types.is_decimal(kind)
+        or pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+        or pa.types.is_fixed_size_binary(kind)
+        or pa.types.is_duration(kind)
+    )
+
+
+def passed_through_typed(
+    query: LLMQuery, arrows: Mapping[str, pa.Table], rows: Mapping[str, str]
+) -> dict[str, tuple[pa.ChunkedArray, str]]:
+    """As `passed_through_text`, for the columns whose type `.df()` would change
+    (`_converts_lossily`): `filtered_rows` takes them by row number with their Arrow type
+    (pandas' ArrowDtype), so a prompt renders `2024-02-29`, `1.10`, the timestamp in its own
+    zone (`optimizer.table.render_cell`), never the converted value."""
+    table_of = {s.alias: s.table for s in query.sources}
+    out = {}
+    for qualified, name in query.output_names().items():
+        alias, column = qualified.split(".", 1)
+        arrow = arrows[table_of[alias]]
+        if _converts_lossily(arrow.schema.field(column).type):
+            out[name] = (arrow.column(column), rows[alias])
     return out
 
 

@@ -18,7 +18,8 @@ pydantic_core._pydantic_core.ValidationError: 1 validation error for SourceSpec
 (pydantic's `ValidationError` is a `ValueError`.)
 
 Files are read by the one loader (`llm_assets.data.tables.load_table`): text columns keep
-the file's text exactly, nulls stay nulls. A DuckDB table is read on a read-only connection.
+the file's text exactly, nulls stay nulls; a file over the source's `limits` (bytes, rows,
+columns, cell size) is refused while it is read. A DuckDB table is read on a read-only connection.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from typing import Any, Literal
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from llm_assets.data.limits import InputLimits
 
 
 class SourceSpec(BaseModel):
@@ -45,6 +48,12 @@ class SourceSpec(BaseModel):
         "(strict) or read it as U+FFFD (replace; only that byte changes).",
     )
     delimiter: str | None = Field(None, description="Field separator (default: detected).")
+    limits: InputLimits = Field(
+        default_factory=InputLimits,
+        description="Bounds on the file: max_bytes (decompressed), max_rows, max_columns, "
+        "max_cell_bytes; give only those to change, e.g. `limits: {max_rows: 50000000}` "
+        "(defaults and why: `llm_assets.data.limits`).",
+    )
     asset: str | None = Field(
         None, description="Key of an upstream asset, `a/b`, read through its own IO manager."
     )
@@ -96,6 +105,7 @@ class SourceSpec(BaseModel):
                 encoding=self.encoding,
                 encoding_errors=self.encoding_errors,
                 delimiter=self.delimiter,
+                limits=self.limits,
             )
         if self.duckdb_table:
             return read_duckdb_table(self.database, self.duckdb_table)

@@ -5,13 +5,12 @@ auth, one TLS context, the request body, the backoff). `resources.openai.run`, `
 `attempt` read only this; nothing here imports them.
 
 Invariants: the API key leaves only as `Authorization: Bearer`, URL credentials only as HTTP
-basic auth; `redact` masks any 8+ character fragment of either (and of the Basic header's
-base64) in every error or log line.
+basic auth; `redact` masks any 8+ character fragment of either, and of their base64 forms
+(`resources.redaction`), in every error or log line.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
 import random
 import ssl
@@ -30,6 +29,7 @@ from resources.openai.wire import (
     split_url_credentials,
     structured_fields,
 )
+from resources.redaction import secret_forms
 
 __all__ = ["RELQUERY_HEADER", "ClientSettings", "ProgressCallback"]
 
@@ -88,9 +88,8 @@ class ClientSettings:
         if len({(user, password) for _, user, password in parts}) > 1:
             raise ValueError("the replicas' URLs carry different user:password@ credentials")
         _, user, password = parts[0]
-        basic = base64.b64encode(f"{user}:{password}".encode()).decode() if password else None
-        # a server may echo the Basic header: its base64 is the password too
-        self.redact = Redactor([s for s in (api_key, user, password, basic) if s])
+        # a server may echo the key or the Basic header base64-encoded: those are secrets too
+        self.redact = Redactor(secret_forms(api_key, user, password))
         for clean_url, _, _ in parts:
             if not clean_url.startswith(("http://", "https://")):
                 raise ValueError(

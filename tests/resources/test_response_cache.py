@@ -19,6 +19,7 @@ from resources.response_cache import (
     ResponseCache,
     default_cache_path,
 )
+from resources.storage import StorageError
 
 KEY = EngineKey("openai", "llama-2-7b")
 
@@ -199,11 +200,12 @@ def test_a_full_disk_shows_the_write_error_not_a_rollback_error(small_disk):
     "cannot rollback - no transaction is active"."""
     cache = ResponseCache(small_disk / "responses.duckdb")
     text = "x" * 2000
-    with pytest.raises(duckdb.Error) as caught:
+    with pytest.raises(StorageError) as caught:  # (issue 36: one line naming the file)
         for chunk in range(100):
             items = [
                 (f"k{chunk}-{i}", Response(f"r{i}", text, 1, 0, 1, 0.1, 0.2)) for i in range(200)
             ]
             cache.put_many(items)
-    message = str(caught.value)
-    assert "No space left on device" in message and "rollback" not in message, message
+    cause = str(caught.value.__cause__)
+    assert "No space left on device" in cause and "rollback" not in cause, cause
+    assert str(cache.path) in str(caught.value) and "ENOSPC" in str(caught.value)

@@ -17,13 +17,18 @@ from resources.runner import run_requests
 
 
 class Echo(BaseHTTPRequestHandler):
-    """Answers every POST with `status` and a body quoting the request's Authorization."""
+    """Answers every POST with `status` and a body quoting the request's Authorization (as
+    base64 of the whole header line with `encoded`)."""
 
     status = 200
+    encoded = False
 
     def do_POST(self):  # noqa: N802 - http.server's name
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        body = f"<html>gateway saw Authorization: {self.headers.get('Authorization')}</html>"
+        seen = f"Authorization: {self.headers.get('Authorization')}"
+        if self.encoded:
+            seen = "base64 " + base64.b64encode(seen.encode()).decode()
+        body = f"<html>gateway saw {seen}</html>"
         data = body.encode()
         self.send_response(self.status)
         self.send_header("Content-Type", "text/html")
@@ -35,9 +40,10 @@ class Echo(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(params=[200, 502])
+@pytest.fixture(params=[(200, False), (502, False), (200, True), (502, True)])
 def echo_url(request):
-    handler = type("EchoWith", (Echo,), {"status": request.param})
+    status, encoded = request.param
+    handler = type("EchoWith", (Echo,), {"status": status, "encoded": encoded})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -57,8 +63,10 @@ def test_an_echoed_api_key_never_reaches_the_error_row(echo_url):
     key = f"sk-test-{secrets.token_hex(16)}"
     engine = OpenAIEngine(f"http://{echo_url}", "m", api_key=key, max_retries=0)
     (error,) = errors_of(engine)
-    assert "gateway saw Authorization" in error  # the body is shown, redacted
+    assert "gateway saw " in error  # the body is shown, redacted
     assert key not in error and key[:12] not in error, error
+    header = base64.b64encode(f"Authorization: Bearer {key}".encode()).decode()
+    assert header[24:36] not in error, error  # (characters 24.. encode the key alone)
 
 
 def test_an_echoed_basic_auth_header_never_shows_the_password(echo_url):
@@ -66,5 +74,7 @@ def test_an_echoed_basic_auth_header_never_shows_the_password(echo_url):
     token = base64.b64encode(f"analyst:{password}".encode()).decode()
     engine = OpenAIEngine(f"http://analyst:{password}@{echo_url}", "m", max_retries=0)
     (error,) = errors_of(engine)
-    assert "gateway saw Authorization: Basic" in error, error
+    assert "gateway saw " in error, error
     assert password not in error and token not in error and token[:12] not in error, error
+    encoded = base64.b64encode(f"Authorization: Basic {token}".encode()).decode()
+    assert encoded[32:44] not in error, error  # (the encoded token's middle)

@@ -315,10 +315,41 @@ class ParsedCall:
     include_stop_str_in_output: bool = False
 
 
+def lone_surrogate(value: Any, where: str = "") -> str | None:
+    """The dotted path (`messages[0].content`) of the first string in a parsed JSON body that
+    holds a lone surrogate (`"\\ud800"` decodes to one; it has no UTF-8 form, so no tokenizer
+    can take it), else None. Keys are checked too."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where or "body"
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = lone_surrogate(key, where or "body") or lone_surrogate(
+                item, f"{where}.{key}" if where else str(key)
+            )
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            if found := lone_surrogate(item, f"{where}[{i}]"):
+                return found
+    return None
+
+
 def parse_call(body: Any, *, chat: bool, default_max_tokens: int) -> ParsedCall:
-    """Validate a completions (`chat=False`) or chat completions body; a 400 names the field."""
+    """Validate a completions (`chat=False`) or chat completions body; a 400 names the field.
+    A string with a lone surrogate is a 400 naming its field (`lone_surrogate`)."""
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object", "body")
+    if (where := lone_surrogate(body)) is not None:
+        raise bad_request(
+            "text holds a lone UTF-16 surrogate (e.g. \\ud800), which is not valid Unicode; "
+            "send well-formed text",
+            where,
+        )
     request = validated(ChatCompletionRequest if chat else CompletionRequest, body)
     prompts = (render_chat(request.messages),) if chat else request.prompts
     return ParsedCall(

@@ -297,3 +297,15 @@ def test_a_duckdb_error_the_check_does_not_foresee_fails_the_filtered_asset_in_o
         "query 'q': the SQL before the LLM failed",
         "explicit cast",
     )
+
+
+def test_a_sources_limits_in_the_component_yaml_reach_the_loader(tmp_path, monkeypatch):
+    """Issue 36: `limits:` of a source in defs.yaml bounds the file as dg loads it: 4 rows
+    over `max_rows: 3` are one line naming the file and the limit."""
+    reviews = write_reviews(tmp_path / "reviews.tsv", ["3", "1", "4", "2"])
+    source = {"path": "reviews.tsv", "limits": {"max_rows": 3}}
+    sql = SQL.replace("r.rating >= 2", "TRY_CAST(r.rating AS DOUBLE) >= 2")
+    message = load_error(
+        tmp_path, monkeypatch, component_yaml(sql, source), {"reviews.tsv": reviews}
+    )
+    one_line(message, "reviews.tsv", "the max_rows limit of 3", "limits: {max_rows: N}")

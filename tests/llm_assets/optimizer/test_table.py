@@ -24,7 +24,7 @@ from llm_assets.optimizer.table import encode, factorize_strings, render_cell, r
         (2.5, "2.5"),
         (3.0, "3.0"),
         ("{name} }{", "{name} }{"),
-        (b"bytes", "bytes"),
+        (b"bytes", "\\x6279746573"),  # binary as hex, never decoded (issue 36)
         ([1, 2], "[1,2]"),  # nested values are compact JSON
     ],
 )
