@@ -1,7 +1,7 @@
 """How DuckDB tells identifiers apart, a property of the engine: ASCII letters compare
 case-insensitively (quoted or not), every other character as it is.
 
-The warehouse (`resources.warehouse`) refuses a frame with two columns DuckDB cannot keep
+The warehouse (`resources.warehouse.store`) refuses a frame with two columns DuckDB cannot keep
 apart and a schema named like one DuckDB reserves; the query model (`llm_assets.sql.syntax`,
 which re-exports both functions) refuses the same names before a query is built.
 """

@@ -146,7 +146,7 @@ def concurrent_runs_case(rows: int, workdir: Path, *, runs: int = 2) -> dict[str
     `concurrent-runs-8-postgres` (runs=8); see the module docstring."""
     from jobs.definitions import build_defs
     from jobs.resources import resources_for
-    from resources.warehouse import WarehouseIOManager, warehouse_io_manager
+    from resources.warehouse.store import WarehouseIOManager, warehouse_io_manager
 
     if runs == 2:
         sizes = [max(10, rows // 4), max(20, rows // 2)]

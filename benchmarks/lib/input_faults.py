@@ -181,7 +181,7 @@ def half_written_case(rows: int, workdir: Path, *, settle_seconds: float = 1.0) 
     import dagster as dg
 
     from llm_assets import llm_query_assets
-    from resources.warehouse import warehouse_io_manager
+    from resources.warehouse.store import warehouse_io_manager
 
     folder = workdir / "half-written"
     landing = folder / "landing"

@@ -51,7 +51,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "openai_probe": ("resources.openai.probe",),
     "resources.response_cache": ("resources.response_cache",),
     "resources.runner": ("resources.runner",),
-    "resources.warehouse": ("resources.warehouse",),
+    "resources.warehouse.store": ("resources.warehouse.store",),
 }
 """The groups reported, each by the modules it holds (`[tool.mutmut] only_mutate` in
 pyproject.toml mutates exactly these)."""

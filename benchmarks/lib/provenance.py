@@ -40,7 +40,7 @@ MEASURES: Mapping[str, tuple[str, ...]] = {
         *_OPENAI,
         *_SIM,
         "llm_assets/data",
-        "resources/warehouse.py",
+        "resources/warehouse/store.py",
         "benchmarks/faults.py",
         "benchmarks/lib/faults.py",
         "benchmarks/lib/fault_setup.py",
@@ -52,9 +52,9 @@ MEASURES: Mapping[str, tuple[str, ...]] = {
     ),  # fmt: skip
     "faults_concurrent": (
         "llm_assets",
-        "resources/warehouse.py",
-        "resources/warehouse_slots.py",
-        "resources/run_liveness.py",
+        "resources/warehouse/store.py",
+        "resources/warehouse/slots.py",
+        "resources/warehouse/liveness.py",
         "benchmarks/lib/concurrent_runs.py",
         "benchmarks/lib/postgres.py",
     ),  # fmt: skip

@@ -28,7 +28,7 @@ from resources.llm_resources import (
     engine_resource,
 )
 from resources.tracking import MLflowTracker
-from resources.warehouse import warehouse_io_manager
+from resources.warehouse.store import warehouse_io_manager
 
 ENVIRONMENTS = ENGINE_KINDS
 

@@ -18,7 +18,7 @@ from llm_assets.query.model import LLMQuery
 from llm_assets.query.parts import LLMCall
 from llm_assets.sql.compiler import compile_sql
 from llm_assets.sql.syntax import duckdb_fold
-from resources.warehouse import RESERVED_SCHEMAS
+from resources.warehouse.store import RESERVED_SCHEMAS
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -83,7 +83,7 @@ class LandingSpec(BaseModel):
 class QueryDefinition:
     """`name` is the asset group and key prefix of the lineage (`name/filtered`, ...), and
     the warehouse schema of its tables: an identifier, not one DuckDB reserves
-    (`resources.warehouse.RESERVED_SCHEMAS`, any case)."""
+    (`resources.warehouse.store.RESERVED_SCHEMAS`, any case)."""
 
     name: str
     sql: str

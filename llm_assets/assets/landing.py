@@ -98,7 +98,7 @@ def _reconcile(
 ) -> tuple[list[str], set[str]]:
     """(known partitions whose file is gone: to delete, live files to run again alone). The
     warehouse retires the gone files' partitions, so they stop contributing rows to the
-    query's tables (`resources.warehouse_slots`). Nothing is retired while the folder itself
+    query's tables (`resources.warehouse.slots`). Nothing is retired while the folder itself
     is missing (an unmounted share is not a deletion)."""
     folder = Path(qdef.landing.folder)
     if not folder.is_dir():

@@ -23,7 +23,7 @@ from mlflow.tracking import MlflowClient
 from benchmarks.lib.concurrent_runs import at_once, spread_sizes
 from benchmarks.lib.postgres import NOOP_COMPUTE_LOGS, dagster_instance
 from resources.tracking import default_tracking_uri
-from resources.warehouse import WarehouseIOManager, warehouse_io_manager
+from resources.warehouse.store import WarehouseIOManager, warehouse_io_manager
 from tests.jobs.conftest import run_job
 
 

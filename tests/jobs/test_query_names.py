@@ -8,7 +8,7 @@ import pytest
 
 import jobs.definitions as definitions
 from llm_assets import LLMQueryComponent, llm_query_assets
-from resources.warehouse import RESERVED_SCHEMAS
+from resources.warehouse.store import RESERVED_SCHEMAS
 
 SQL = "SELECT r.id, LLM('Summarize {review}', r.review) AS s FROM reviews r"
 SOURCES = {"reviews": {"asset": "movies/reviews"}}

@@ -18,7 +18,7 @@ from llm_assets.data.writers import write_table
 from resources.engine import Response
 from resources.response_cache import ResponseCache
 from resources.storage import StorageError, storage_guard
-from resources.warehouse import WarehouseIOManager
+from resources.warehouse.store import WarehouseIOManager
 
 SYSFS = Path("/sys")
 

@@ -6,8 +6,8 @@ import duckdb
 import pandas as pd
 import pytest
 
-import resources.warehouse as warehouse
-from resources.warehouse import WarehouseIOManager, warehouse_io_manager
+import resources.warehouse.store as warehouse
+from resources.warehouse.store import WarehouseIOManager, warehouse_io_manager
 
 
 def build(n_rows, prefix="w"):

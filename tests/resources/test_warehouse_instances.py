@@ -8,8 +8,8 @@ import dagster as dg
 import duckdb
 import pytest
 
-from resources.run_liveness import NO_INSTANCE, Liveness, instance_identity
-from resources.warehouse import VERSIONS, WarehouseIOManager
+from resources.warehouse.liveness import NO_INSTANCE, Liveness, instance_identity
+from resources.warehouse.store import VERSIONS, WarehouseIOManager
 from tests.resources.test_warehouse import a_run_that_waits, build, failure_of, tables
 
 NOOP = {

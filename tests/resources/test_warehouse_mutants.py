@@ -7,7 +7,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from resources.warehouse import WarehouseIOManager
+from resources.warehouse.store import WarehouseIOManager
 
 
 @pytest.mark.parametrize("prefix", ["order", "raw-data"])

@@ -1,11 +1,11 @@
-"""Which partition slots make up a partitioned asset's view (`resources.warehouse_slots`), as
+"""Which partition slots make up a partitioned asset's view (`resources.warehouse.slots`), as
 properties over random histories of slots and retired keys, then on a real DuckDB file."""
 
 import duckdb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resources.warehouse_slots import _visible, reconcile, record_slot
+from resources.warehouse.slots import _visible, reconcile, record_slot
 
 KEYS = st.sampled_from(["a", "b", "c", "d", "e"])
 SLOT_KEYS = st.lists(KEYS, min_size=1, max_size=3, unique=True)
@@ -29,7 +29,7 @@ def test_the_view_keeps_every_live_key_and_only_needed_slots(history, retired):
 
 
 def table_of(schema, name):
-    from resources.warehouse import _table
+    from resources.warehouse.store import _table
 
     return _table(schema, name)
 

@@ -13,7 +13,7 @@ from jobs.resources import resources_for
 from llm_assets import llm_query_assets
 from llm_assets.assets.definition import QueryDefinition
 from llm_assets.assets.landing import landed_files
-from resources.warehouse import warehouse_io_manager
+from resources.warehouse.store import warehouse_io_manager
 
 SQL = "SELECT r.id, LLM('Summarize {review}', r.review) AS summary FROM reviews r"
 

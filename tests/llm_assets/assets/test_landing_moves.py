@@ -12,7 +12,7 @@ import pytest
 
 from jobs.resources import resources_for
 from llm_assets import llm_query_assets
-from resources.warehouse import warehouse_io_manager
+from resources.warehouse.store import warehouse_io_manager
 
 SQL = "SELECT r.id, LLM('Summarize {review}', r.review) AS summary FROM reviews r"
 

@@ -23,7 +23,7 @@ from llm_assets.pipeline.pricing import engine_costs
 from llm_assets.pipeline.rows import ROW
 from resources.engine import EngineWrapper, Request
 from resources.llm_resources import SimulatedEngineResource
-from resources.warehouse import warehouse_io_manager
+from resources.warehouse.store import warehouse_io_manager
 
 # ---- landing: a rewritten file is run again ------------------------------------------------
 

@@ -5,7 +5,7 @@ partition adds `__p_<hash>` to the name; a run over several partitions, a backfi
 `BackfillPolicy.multi_run`, stores its one table under the hash of its keys), and the view
 `<prefix>."<name>"` points at the latest one (what a user queries). A partitioned asset's
 view is every live partition's latest rows at once, with the partition key(s) in
-`_partition` (`resources.warehouse_slots`: a partition whose landed file is gone is retired);
+`_partition` (`resources.warehouse.slots`: a partition whose landed file is gone is retired);
 each slot's own latest is the view `<prefix>."<name>__p_<hash>"`.
 
 A step reads the version its upstream step wrote in the run Dagster names as the source (this
@@ -15,7 +15,7 @@ version that is gone is an error, never a fallback. The last `keep_versions` ver
 table are kept, plus every version whose run is not seen finished by the instance that
 prunes: a run of another Dagster instance sharing the home (another `DAGSTER_HOME`, an
 ephemeral instance) cannot be seen, so its versions are kept until `unknown_run_keep_s` old
-(`resources.run_liveness`). An output replaces nothing in
+(`resources.warehouse.liveness`). An output replaces nothing in
 place, so a table whose columns change between runs (another source file) or an empty result
 are stored as returned.
 
@@ -39,9 +39,9 @@ from sqlglot import exp
 
 from resources.duckdb_names import case_twin, duckdb_fold
 from resources.home import llm_assets_home
-from resources.run_liveness import Liveness
 from resources.storage import storage_guard
-from resources.warehouse_slots import reconcile, record_slot
+from resources.warehouse.liveness import Liveness
+from resources.warehouse.slots import reconcile, record_slot
 
 VERSIONS = "_llm_assets_versions"
 CATALOG = "llm-assets-warehouse"
@@ -229,7 +229,7 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
 
     def reconcile_partitions(self, schema: str, live: list[str]) -> dict[str, list[str]]:
         """Retire the partitions of `schema`'s assets whose landed file is not in `live` (they
-        stop contributing rows to the union views); `warehouse_slots.reconcile`."""
+        stop contributing rows to the union views); `warehouse.slots.reconcile`."""
         for attempt in range(50):
             con = self._connect()
             try:
