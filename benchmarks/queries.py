@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from benchmarks.lib.ladder import RUNGS, check_ladder, groups_for, run_ladder
+from benchmarks.lib.provenance import write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -238,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
         "problems": check_ladder(rows),
         "results": rows,
     }
-    args.json.write_text(json.dumps(payload, indent=2) + "\n")
+    write_result(args.json, payload)
     text = report(rows, args.gpu, args.model, seconds)
     args.json.with_suffix(".md").write_text(text)
     charts(rows, args.json.parent)

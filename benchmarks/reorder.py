@@ -52,6 +52,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from benchmarks.lib.provenance import write_result
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 SHAPE_ROWS = {
@@ -426,7 +428,7 @@ def main(argv: list[str] | None = None) -> None:
     payload = {"command": "python -m benchmarks.reorder " + " ".join(argv or sys.argv[1:])}
     if args.budget_only:
         payload |= {"budget_fractions": BUDGET_FRACTIONS, "results": results}
-        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        write_result(args.json, payload)
         table = budget_markdown(results)
         args.json.with_suffix(".md").write_text(table)
         print(table)
@@ -442,7 +444,7 @@ def main(argv: list[str] | None = None) -> None:
             "nlogn_ratio": (b["rows"] * math.log(b["rows"])) / (a["rows"] * math.log(a["rows"])),
         }
     payload |= {"results": results, "ggr_scaling": scaling, "published": PUBLISHED}
-    args.json.write_text(json.dumps(payload, indent=2) + "\n")
+    write_result(args.json, payload)
     table = markdown(results, scaling)
     args.json.with_suffix(".md").write_text(table)
     print(table)

@@ -191,6 +191,7 @@ def changes_since(name: str, doc: Mapping[str, Any]) -> list[str]:
 
 
 STALE_MARK = "> **Stale**: "
+RUN_MARK = "> Run at "
 
 
 def mark(name: str) -> str:
@@ -216,10 +217,19 @@ def mark(name: str) -> str:
     markdown = path.with_suffix(".md")
     if markdown.exists():
         lines = [ln for ln in markdown.read_text(encoding="utf-8").split("\n")
-                 if not ln.startswith(STALE_MARK)]  # fmt: skip
+                 if not ln.startswith((STALE_MARK, RUN_MARK))]  # fmt: skip
+        while (
+            len(lines) > 1
+            and lines[0].startswith("#")
+            and lines[1] == ""
+            and (len(lines) > 2 and lines[2] == "")
+        ):
+            del lines[1]  # the blank line a removed mark left
+        head = [f"{RUN_MARK}{doc['commit'][:12]} by `{doc.get('command') or 'unrecorded'}`"]
         if note:
-            at = 1 if lines and lines[0].startswith("#") else 0
-            lines[at:at] = ["", STALE_MARK + note] if at else [STALE_MARK + note, ""]
+            head += ["", STALE_MARK + note]
+        at = 1 if lines and lines[0].startswith("#") else 0
+        lines[at:at] = ["", *head] if at else [*head, ""]
         markdown.write_text("\n".join(lines), encoding="utf-8")
     return f"{name:24s} {'stale' if note else 'current':8s} {doc['commit'][:7]}"
 
