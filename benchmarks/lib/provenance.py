@@ -14,6 +14,8 @@ in every README or docs line quoting it: `tests/benchmarks/test_provenance.py` h
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import shlex
 import subprocess
@@ -157,11 +159,24 @@ def command_line() -> str:
     return shlex.join(["python", *argv[1:]])
 
 
-def stamp(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """`doc` with `commit`, `dirty` and `command` first (replacing any it had)."""
+@functools.cache
+def _started_at() -> tuple[str, bool]:
+    """HEAD and whether the work tree was dirty, read once: at the first call, which
+    `benchmarks.lib.provenance` makes when it is imported (a benchmark's start), so a commit
+    made while a benchmark runs is not taken for the code it ran."""
     dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
-    head = {"commit": git("rev-parse", "--short=12", "HEAD"), "dirty": dirty,
-            "command": command_line()}  # fmt: skip
+    return git("rev-parse", "--short=12", "HEAD"), dirty
+
+
+with contextlib.suppress(OSError, subprocess.CalledProcessError):  # not a git checkout
+    _started_at()
+
+
+def stamp(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """`doc` with `commit`, `dirty` (as the benchmark started) and `command` first
+    (replacing any it had)."""
+    commit, dirty = _started_at()
+    head = {"commit": commit, "dirty": dirty, "command": command_line()}
     return {**head, **{k: v for k, v in doc.items() if k not in head}}
 
 
