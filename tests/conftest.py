@@ -6,8 +6,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Hypothesis' per-example deadline (200 ms) is a timing assertion, and this suite runs on
+# shared 2-core machines where one example can take 2x-10x longer for reasons of its own
+# (a fresh-clone CI run failed a 47 ms sampling test at 440 ms): no deadline by default.
+# A test that must bound its time says so with its own @settings(deadline=...).
+settings.register_profile("shared-cores", deadline=None)
+settings.load_profile("shared-cores")
 # LLM_ASSETS_SHARED: where the tests run from a copy of the tree (mutmut's mutants/)
 SHARED = Path(os.environ.get("LLM_ASSETS_SHARED") or ROOT.parent / "shared")
 
