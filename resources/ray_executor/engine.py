@@ -19,7 +19,7 @@ replica count. Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import Any
 
@@ -49,6 +49,9 @@ class RayFleetEngine(EngineWrapper):
         self._api_key = api_key
         self._cluster: ExitStack | None = None
         self.last_run: RayRun | None = None
+        self.on_ledger: Callable[[Any], None] | None = None
+        """Called with each run's ledger handle once it exists (a watcher: progress, a test
+        that kills an actor)."""
 
     def __repr__(self) -> str:
         cfg = self.ray_config
@@ -80,6 +83,7 @@ class RayFleetEngine(EngineWrapper):
             block_rows=cfg.ray_block_rows,
             relquery_id=relquery_id,
             commit_every=cfg.ray_commit_every,
+            on_ledger=self.on_ledger,
         )
         return self.last_run.result
 
