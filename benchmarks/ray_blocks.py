@@ -7,9 +7,12 @@ routing, over the same planned table and the same N sim servers (issue 38 item 2
 The movies table (Q1 over `../shared/data/movies_small.csv`, `benchmarks.lib.fleet_bench.
 plan_table`: the product's planner, dedup + GGR) is planned once; then, for each N, fresh
 servers per run (cold caches): `affinity` (the fleet client, `OpenAIEngine` with N URLs),
-`ray_default` (Ray Data cuts the plan into row-count blocks, `from_items(...,
-override_num_blocks=k)`) and `ray_groups` (blocks cut at prefix groups), both with one replica
-actor per server and the same k blocks (4 per replica unless `--block-rows`). One server
+`ray_default_auto` (Ray Data cuts the plan into as many row-count blocks as it chooses itself,
+`from_items(rows)`), `ray_default` (row-count blocks, `from_items(..., override_num_blocks=k)`),
+`ray_groups` (blocks cut at prefix groups) and `ray_groups_block_commit` (the same, an actor
+committing to the run's ledger once per block instead of every 2 x concurrency requests), all
+with one replica actor per server; the last three with the same block size (4 blocks per
+replica unless `--block-rows`). One server
 (`N=1`) is the hit-rate reference. Then the kill case (`benchmarks.lib.ray_bench.run_kill`).
 Writes `ray_blocks.json` / `.md` under `--out` (default `benchmarks/results`; `--quick`: a
 temporary folder). Exit status 1 when a run lost or failed a request.
@@ -30,6 +33,7 @@ from pathlib import Path
 from benchmarks.lib.fleet_bench import ForkServer, plan_table, run_strategy
 from benchmarks.lib.provenance import write_result
 from benchmarks.lib.ray_bench import FLAGS, run_kill, run_ray
+from resources.ray_executor.blocks import default_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -69,10 +73,16 @@ def measure(args: argparse.Namespace, work: Path) -> dict:
             row.update(rows_per_s_wall=round(len(requests) / fleet.wall_s, 2),
                        rows_per_s_sim=round(len(requests) / fleet.makespan_s, 2))  # fmt: skip
             rows.append(row)
-            for by in ("default", "groups"):
-                rows.append(run_ray(requests, n, by, log_dir=work / f"ray_{by}{n}",
-                                    concurrency=args.concurrency, block_rows=args.block_rows,
-                                    forks=forks))  # fmt: skip
+            size = args.block_rows or default_rows(len(requests), n)
+            for name, by, block_rows, commit in (
+                ("ray_default_auto", "default", None, None),  # Ray's own block count
+                ("ray_default", "default", size, None),
+                ("ray_groups", "groups", size, None),
+                ("ray_groups_block_commit", "groups", size, len(requests)),
+            ):
+                rows.append(run_ray(requests, n, by, log_dir=work / f"{name}{n}",
+                                    concurrency=args.concurrency, block_rows=block_rows,
+                                    commit_every=commit, name=name, forks=forks))  # fmt: skip
         kill = run_kill(requests, args.kill_replicas, log_dir=work / "kill",
                         cache_path=work / "kill.duckdb", concurrency=args.concurrency,
                         kill_at=args.kill_at, forks=forks)  # fmt: skip
@@ -81,9 +91,13 @@ def measure(args: argparse.Namespace, work: Path) -> dict:
         row["hit_share_of_one"] = round(row["hit_rate"] / reference, 4) if reference else None
     groups = [r for r in rows if r["strategy"] == "ray_groups"]
     return {
-        "table": {"name": table.name, "what": table.what, "rows": table.rows,
-                  "requests": len(requests),
-                  "mean_prompt_tokens": round(table.mean_prompt_tokens, 1)},  # fmt: skip
+        "table": {
+            "name": table.name,
+            "what": table.what,
+            "rows": table.rows,
+            "requests": len(requests),
+            "mean_prompt_tokens": round(table.mean_prompt_tokens, 1),
+        },  # fmt: skip
         "sim_flags": list(FLAGS),
         "concurrency_per_replica": args.concurrency,
         "rows": rows,
@@ -110,8 +124,9 @@ def markdown(doc: dict) -> str:
         "(Ray's includes starting the actor pool).",
         "",
         "| N | strategy | hit rate | share of one server | makespan s | rows/s (sim) | "
-        "wall s | rows/s (wall) | blocks | groups split | requests per replica | answered |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "wall s | rows/s (wall) | blocks | groups split | commit every | requests per replica "
+        "| answered |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in doc["rows"]:
         lines.append(
@@ -119,6 +134,7 @@ def markdown(doc: dict) -> str:
             f"{r['hit_share_of_one']:.3f} | {r['makespan_s']:.1f} | "
             f"{r.get('rows_per_s_sim', '')} | {r['wall_s']:.1f} | {r.get('rows_per_s_wall', '')} "
             f"| {r.get('blocks', '')} | {r.get('groups_split', '')} | "
+            f"{r.get('commit_every', '')} | "
             f"{' / '.join(str(x) for x in r['per_replica_requests'])} | "
             f"{r['answered']}/{r['requests']} |"
         )

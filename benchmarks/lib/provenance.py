@@ -100,6 +100,14 @@ MEASURES: Mapping[str, tuple[str, ...]] = {
         "benchmarks/lib/quality_metrics.py",
     ),  # fmt: skip
     "queries": ("llm_assets", *_SIM, "benchmarks/queries.py", "benchmarks/lib/ladder.py"),
+    "ray_blocks": (
+        *_OPENAI,
+        *_SIM,
+        "resources/ray_executor",
+        "benchmarks/ray_blocks.py",
+        "benchmarks/lib/ray_bench.py",
+        "benchmarks/lib/fleet_bench.py",
+    ),  # fmt: skip
     "reorder": (
         "llm_assets/optimizer",
         "benchmarks/reorder.py",

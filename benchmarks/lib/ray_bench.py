@@ -71,10 +71,13 @@ def run_ray(
     log_dir: Path,
     concurrency: int = 16,
     block_rows: int | None = None,
+    commit_every: int | None = None,
+    name: str | None = None,
     forks: ForkServer | None = None,
 ) -> dict[str, Any]:
-    """One Ray Data run of `requests` over `n` fresh servers; the `Measured` row plus the
-    blocks (count, rows, prefix groups split across blocks) and requests sent per actor."""
+    """One Ray Data run of `requests` over `n` fresh servers; the `Measured` row (strategy
+    `name`, default `ray_<block_by>`) plus the blocks Ray ran (count, largest, prefix groups
+    split across blocks) and requests sent per actor."""
     from resources.ray_executor.executor import execute_on_ray
 
     with fleet(n, log_dir=log_dir, flags=FLAGS, forks=forks) as servers:
@@ -82,9 +85,10 @@ def run_ray(
         config = OpenAIEngineConfig(**_client(urls, concurrency))
         start = time.perf_counter()
         run = execute_on_ray(requests, config, block_by=block_by, block_rows=block_rows,
-                             relquery_id="ray_blocks")  # fmt: skip
+                             relquery_id="ray_blocks", commit_every=commit_every)  # fmt: skip
         wall = time.perf_counter() - start
-        measured = _measured(f"ray_{block_by}", n, requests, run.result.responses, wall, urls)
+        responses = run.result.responses
+        measured = _measured(name or f"ray_{block_by}", n, requests, responses, wall, urls)
     row = measured.row()
     prompts = [r.prompt for r in requests]
     row.update(
@@ -92,6 +96,7 @@ def run_ray(
         block_rows_max=max(len(b) for b in run.blocks),
         groups_split=block_groups_split(prompts, run.blocks),
         actor_sent=run.sent,
+        commit_every=commit_every or 2 * concurrency,
         rows_per_s_wall=round(len(requests) / wall, 2),
         rows_per_s_sim=round(len(requests) / measured.makespan_s, 2),
     )

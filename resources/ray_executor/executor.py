@@ -5,7 +5,8 @@ replica (`run_on_ray`, `execute_on_ray`), on a Ray cluster (`ray_cluster`).
 
 The requests, in plan order, are cut into blocks (`resources.ray_executor.blocks.cut_blocks`:
 `block_by="groups"` at prefix-group boundaries, `"default"` where Ray Data cuts by row count,
-`ray.data.from_items(..., override_num_blocks=k)`), and `Dataset.map_batches` runs them on an
+`ray.data.from_items(..., override_num_blocks=k)`, or with Ray's own k when no block size is
+given), and `Dataset.map_batches` runs them on an
 actor pool of exactly one `ReplicaActor` per replica URL (`batch_size=None`: a batch is a
 block). Ray Data hands each block to a free actor (at most one block queued per actor, so a
 replica done early takes the next block) and restarts a dead one, retrying its task (its
@@ -83,7 +84,7 @@ class RayRun:
 
     result: RunResult
     blocks: list[list[int]]
-    """The blocks cut (positions in request order)."""
+    """The blocks Ray ran (positions in request order), as its actors saw them."""
     block_replica: dict[int, int] = field(default_factory=dict)
     """Block (by its first position) -> the replica that answered it."""
     sent: list[int] = field(default_factory=list)
@@ -116,9 +117,11 @@ def execute_on_ray(
 ) -> RayRun:
     """Run `requests` over `config`'s replica URLs on the Ray cluster this process has joined
     (see the module invariants). `block_rows` defaults to `default_rows` (4 blocks per
-    replica); `commit_every` (default `2 x max_concurrency`) is how many requests an actor
-    sends between ledger commits; `actor_cpus` (default 1 / replicas, at most 0.5) the CPU
-    share each actor reserves; `on_ledger(handle)` is called once the run's ledger exists."""
+    replica) with `block_by="groups"`, and to Ray Data's own block count (`from_items`
+    without `override_num_blocks`) with `"default"`; `commit_every` (default
+    `2 x max_concurrency`) is how many requests an actor sends between ledger commits;
+    `actor_cpus` (default 1 / replicas, at most 0.5) the CPU share each actor reserves;
+    `on_ledger(handle)` is called once the run's ledger exists."""
     import ray
     import ray.data
 
@@ -129,6 +132,7 @@ def execute_on_ray(
         raise ValueError(f"commit_every must be >= 1, got {commit_every}")
     requests = list(requests)
     n = len(urls)
+    ray_cut = block_by == "default" and block_rows is None  # Ray's own block count
     rows_per = block_rows if block_rows is not None else default_rows(len(requests), n)
     blocks = cut_blocks([r.prompt for r in requests], rows_per, block_by)
     start = time.perf_counter()
@@ -143,7 +147,7 @@ def execute_on_ray(
     if block_by == "groups":
         dataset = ray.data.from_pandas([pd.DataFrame([rows[i] for i in b]) for b in blocks])
     else:
-        dataset = ray.data.from_items(rows, override_num_blocks=len(blocks))
+        dataset = ray.data.from_items(rows, override_num_blocks=None if ray_cut else len(blocks))
     fields = config.model_dump(exclude={"base_url", "base_urls", "routing"})
     kwargs = {"ledger": ledger, "base_urls": urls, "config": fields, "api_key": api_key,
               "specs": specs, "relquery_id": relquery_id,
@@ -165,7 +169,11 @@ def execute_on_ray(
                                     hardware=config.hardware, engine_time_s=wall,
                                     wall_time_s=wall)  # fmt: skip
     block_replica = {int(b): int(r) for b, r in zip(out["block"], out["replica"], strict=True)}
-    return RayRun(RunResult(responses, stats, summary["stopped"]), blocks, block_replica,
+    ran: dict[int, list[int]] = {}
+    for b, pos in zip(out["block"], out["pos"], strict=True):
+        ran.setdefault(int(b), []).append(int(pos))
+    ran_blocks = [sorted(ran[b]) for b in sorted(ran)]
+    return RayRun(RunResult(responses, stats, summary["stopped"]), ran_blocks, block_replica,
                   summary["sent"], pids)  # fmt: skip
 
 
