@@ -110,3 +110,29 @@ def test_an_answer_paid_through_the_fleet_client_is_free_through_ray(cluster, se
     free = run_requests(engine, "q", requests, cache=cache)
     assert free.sent == 0 and [r.text for r in free.responses] == [r.text for r in paid.responses]
     assert engine.last_run is None  # Ray was never asked
+
+
+def test_ray_data_llm_http_processor_runs_without_vllm(cluster, tmp_path):
+    """What `ray.data.llm` offers for OpenAI-compatible servers runs here without vLLM, but
+    against ONE url per processor (no replica per actor, no prefix groups): why the executor
+    uses `map_batches` with its own replica actors instead."""
+    import importlib.util
+
+    import ray.data
+    from ray.data.llm import HttpRequestProcessorConfig, build_processor
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here: this test is about running without it")
+    with SimServerProcess(log_path=tmp_path / "s.log") as server:
+        config = HttpRequestProcessorConfig(url=f"{server.base_url}/completions", batch_size=4)
+        processor = build_processor(
+            config,
+            preprocess=lambda row: {"payload": {"model": MODEL, "prompt": row["prompt"],
+                                                "max_tokens": 2}},  # fmt: skip
+            postprocess=lambda row: {"n": row["n"],
+                                     "text": row["http_response"]["choices"][0]["text"]},
+        )  # fmt: skip
+        rows = [{"n": i, "prompt": f"Q: is movie {i} for kids?"} for i in range(6)]
+        out = processor(ray.data.from_items(rows)).take_all()
+    assert sorted(r["n"] for r in out) == list(range(6))
+    assert all(r["text"] for r in out)
