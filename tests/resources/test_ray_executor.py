@@ -136,3 +136,27 @@ def test_ray_data_llm_http_processor_runs_without_vllm(cluster, tmp_path):
         out = processor(ray.data.from_items(rows)).take_all()
     assert sorted(r["n"] for r in out) == list(range(6))
     assert all(r["text"] for r in out)
+
+
+def test_a_query_through_ray_answers_the_rows_the_fleet_client_answers(cluster, servers):
+    """The whole pipeline (plan, send, result, answer) on the Q2 movies query (a Yes/No filter,
+    so a mixed-up answer changes the rows kept): the Ray engine and the fleet client give the
+    same rows over the same replicas."""
+    from llm_assets.benchmark_queries import SYSTEM_PROMPTS, compile_query
+    from llm_assets.data import generate
+    from llm_assets.pipeline.options import QueryOptions
+    from llm_assets.pipeline.run import run_query
+
+    tables = generate("movies", seed=3)
+    tables["reviews"] = tables["reviews"].sample(80, random_state=3).reset_index(drop=True)
+    query = compile_query("q2", "movies")
+    options = QueryOptions(system_prompt=SYSTEM_PROMPTS["q2"]["movies"])
+    fleet = OpenAIEngine(config=OpenAIEngineConfig(base_urls=servers, **CLIENT))
+    on_ray = RayFleetEngine(config=RayEngineConfig(base_urls=servers, **CLIENT))
+    expected = run_query(query, tables, options, fleet)
+    got = run_query(query, tables, options, on_ray)
+    assert on_ray.last_run is not None and sum(on_ray.last_run.sent) == got.stages[0].sent > 0
+    assert "failed" not in set(got.result["status"])
+    assert list(got.result["status"]) == list(expected.result["status"])
+    assert got.answer.equals(expected.answer) and 0 < len(got.answer) < len(got.result)
+    on_ray.close()
