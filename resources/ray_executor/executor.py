@@ -43,7 +43,7 @@ from resources.engine import Request, Response, RunResult, RunStats
 from resources.ray_executor.actors import Ledger, ReplicaActor, response_from_row
 from resources.ray_executor.blocks import BlockBy, cut_blocks, default_rows
 
-__all__ = ["RayRun", "execute_on_ray", "ray_cluster", "run_on_ray"]
+__all__ = ["RayRun", "execute_on_ray", "import_ray", "ray_cluster", "run_on_ray"]
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +54,24 @@ OBJECT_STORE_BYTES = 500 * 2**20
 """Object store of a local cluster started here."""
 
 
+def import_ray():
+    """`ray` with Ray Data loaded; ImportError in one line naming the extra when it is absent."""
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError:
+        raise ImportError(
+            "the Ray executor needs Ray Data: pip install 'llm-assets[ray]' (ray[data]==2.60.0)"
+        ) from None
+    return ray
+
+
 @contextmanager
 def ray_cluster(address: str | None = None, *, num_cpus: int = LOCAL_CPUS) -> Iterator[None]:
     """Connect to the Ray cluster at `address` ("auto": the one `ray start` runs here), or use
     the one this process already joined, or start a local one (`num_cpus`, small object
     store, no dashboard; workers import this checkout); shuts down only one it started."""
-    import ray
+    ray = import_ray()
 
     if ray.is_initialized():
         yield
@@ -122,14 +134,12 @@ def execute_on_ray(
     `2 x max_concurrency`) is how many requests an actor sends between ledger commits;
     `actor_cpus` (default 1 / replicas, at most 0.5) the CPU share each actor reserves;
     `on_ledger(handle)` is called once the run's ledger exists."""
-    import ray
-    import ray.data
-
     urls = config.urls()
     if not urls:
         raise ValueError("the Ray executor needs at least one replica URL (base_url or base_urls)")
     if commit_every is not None and commit_every < 1:
         raise ValueError(f"commit_every must be >= 1, got {commit_every}")
+    ray = import_ray()
     requests = list(requests)
     n = len(urls)
     ray_cut = block_by == "default" and block_rows is None  # Ray's own block count

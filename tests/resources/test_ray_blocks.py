@@ -77,3 +77,14 @@ def test_ray_engine_reads_its_variables(monkeypatch):
     monkeypatch.delenv("LLM_ASSETS_OPENAI_MODEL")
     with pytest.raises(ValueError, match="needs model: set LLM_ASSETS_OPENAI_MODEL"):
         build_engine("ray", {})
+
+
+def test_bad_executor_input_is_one_line_before_any_cluster():
+    from resources.configs import OpenAIEngineConfig
+    from resources.ray_executor.executor import execute_on_ray
+
+    with pytest.raises(ValueError, match="needs at least one replica URL"):
+        execute_on_ray([], OpenAIEngineConfig(model="m"))
+    config = OpenAIEngineConfig(base_url="http://127.0.0.1:9/v1", model="m")
+    with pytest.raises(ValueError, match="commit_every must be >= 1, got 0"):
+        execute_on_ray([], config, commit_every=0)
