@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOME_DIR := $(CURDIR)/.llm_assets
 DAGSTER_HOME ?= $(HOME_DIR)/dagster_home
 
-.PHONY: install demo demo-real models dev mlflow-ui test test-slow lint format clean conformance llama-server vllm-router \
+.PHONY: install demo demo-real models dev mlflow-ui test test-slow lint format clean conformance llama-server vllm-router ray \
 	breakages mutation mutation-all
 
 $(STAMP): pyproject.toml
@@ -88,6 +88,11 @@ demo-real: $(STAMP) models llama-server
 # vllm-router (pinned in pyproject's `router` extra) for tests/benchmarks/test_vllm_router.py.
 vllm-router: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[router]'
+
+# Ray Data for the Ray executor (resources/ray_executor; its tests are marked slow and skip
+# without it): the optional extra, which adds ray and msgpack and changes no other package
+ray: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[ray]'
 
 # Mutation testing with mutmut (not part of `make test`): every mutant of the checks, the block
 # pool, the cost model and the preemption order, a seeded sample of MUTATION_SAMPLE mutants per

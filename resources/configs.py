@@ -25,6 +25,7 @@ __all__ = [
     "EngineConfig",
     "LlamaCppEngineConfig",
     "OpenAIEngineConfig",
+    "RayEngineConfig",
     "VLLMEngineConfig",
     "config_error",
 ]
@@ -227,6 +228,29 @@ class OpenAIEngineConfig(EngineConfig):
     @classmethod
     def positional(cls) -> tuple[str, ...]:
         return ("base_url", "model")
+
+
+class RayEngineConfig(OpenAIEngineConfig):
+    """`RayFleetEngine`: Ray Data sends a stage's blocks to the replicas at `base_url(s)`, one
+    actor per replica (`resources.ray_executor`); the other fields are the OpenAI client's,
+    used by every actor. `routing` is not used: blocks go to whichever replica actor is free."""
+
+    ray_address: str | None = None
+    """The Ray cluster to join ("auto": the one `ray start` runs on this machine,
+    ray://host:10001 for a remote one); None: a local cluster started for the run."""
+    ray_block_by: Literal["groups", "default"] = "groups"
+    """Where blocks are cut: at prefix-group boundaries (groups) or by row count wherever it
+    falls, as Ray Data cuts a table (default)."""
+    ray_block_rows: int | None = Field(default=None, ge=1)
+    """Rows per block (None: a chunk's requests over 4 blocks per replica)."""
+    ray_commit_every: int | None = Field(default=None, ge=1)
+    """Requests an actor sends between commits to the run's ledger (None: 2 x
+    max_concurrency); at most this many are sent again when an actor dies."""
+
+    @classmethod
+    def ray_fields(cls) -> tuple[str, ...]:
+        """The fields this model adds to the OpenAI client's."""
+        return tuple(f for f in cls.model_fields if f.startswith("ray_"))
 
 
 class LlamaCppEngineConfig(EngineConfig):

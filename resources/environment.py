@@ -21,6 +21,7 @@ from resources.configs import (
     EngineConfig,
     LlamaCppEngineConfig,
     OpenAIEngineConfig,
+    RayEngineConfig,
     VLLMEngineConfig,
 )
 from resources.engine import LLMEngine
@@ -30,13 +31,14 @@ __all__ = [
     "ENGINE_KINDS",
     "LLAMA_CPP_ENV_PREFIX",
     "OPENAI_ENV_PREFIX",
+    "RAY_ENV_PREFIX",
     "VLLM_ENV_PREFIX",
     "build_engine",
     "engine_settings",
     "settings_from_env",
 ]
 
-ENGINE_KINDS = ("sim", "vllm", "openai", "llama_cpp")
+ENGINE_KINDS = ("sim", "vllm", "openai", "llama_cpp", "ray")
 """The engines `build_engine` builds: `LLM_ASSETS_ENGINE` and `llm-assets run --engine`."""
 
 VLLM_ENV_PREFIX = "LLM_ASSETS_VLLM_"
@@ -47,6 +49,11 @@ built. (Only the model: Dagster fills in the default of a choice field such as
 OPENAI_ENV_PREFIX = "LLM_ASSETS_OPENAI_"
 """Every OpenAI option left unset in config is read from `LLM_ASSETS_OPENAI_<OPTION>` (e.g.
 `LLM_ASSETS_OPENAI_MAX_CONCURRENCY`) when the run starts; the key from `..._API_KEY`."""
+
+RAY_ENV_PREFIX = "LLM_ASSETS_"
+"""The Ray engine's own options left unset are read from `LLM_ASSETS_RAY_<OPTION>` (its fields
+are `ray_address`, `ray_block_by`, ...: `LLM_ASSETS_RAY_ADDRESS`, `LLM_ASSETS_RAY_BLOCK_BY`);
+its replicas' client options from `LLM_ASSETS_OPENAI_<OPTION>`, as the OpenAI engine's."""
 
 LLAMA_CPP_ENV_PREFIX = "LLM_ASSETS_LLAMA_CPP_"
 """Every llama.cpp option left unset in config is read from `LLM_ASSETS_LLAMA_CPP_<OPTION>`
@@ -110,6 +117,14 @@ def engine_settings(kind: str, given: Mapping[str, Any]) -> EngineConfig:
         return settings_from_env(OpenAIEngineConfig, dict(given), OPENAI_ENV_PREFIX, required)
     if kind == "llama_cpp":
         return settings_from_env(LlamaCppEngineConfig, dict(given), LLAMA_CPP_ENV_PREFIX, {})
+    if kind == "ray":
+        ray_fields = RayEngineConfig.ray_fields()
+        own = settings_from_env(RayEngineConfig, dict(given), RAY_ENV_PREFIX, {}, ray_fields)
+        given = {**given, **{f: getattr(own, f) for f in ray_fields}}
+        required = {"base_url": ("base_urls",), "model": ()}
+        openai_fields = [f for f in RayEngineConfig.model_fields if f not in ray_fields]
+        return settings_from_env(RayEngineConfig, given, OPENAI_ENV_PREFIX, required,
+                                 openai_fields)  # fmt: skip
     raise ValueError(f"unknown engine {kind!r}; expected one of {list(ENGINE_KINDS)}")
 
 
@@ -130,6 +145,11 @@ def build_engine(kind: str, given: Mapping[str, Any], api_key: str | None = None
 
         key = api_key or os.environ.get(OPENAI_ENV_PREFIX + "API_KEY") or None
         return OpenAIEngine(config=settings, api_key=key)
+    if kind == "ray":
+        from resources.ray_executor.engine import RayFleetEngine
+
+        key = api_key or os.environ.get(OPENAI_ENV_PREFIX + "API_KEY") or None
+        return RayFleetEngine(config=settings, api_key=key)
     from resources.llama_cpp.engine import LlamaCppEngine
 
     return LlamaCppEngine(config=settings)

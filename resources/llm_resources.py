@@ -34,7 +34,12 @@ from collections.abc import Sequence
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from resources.configs import LlamaCppEngineConfig, OpenAIEngineConfig, VLLMEngineConfig
+from resources.configs import (
+    LlamaCppEngineConfig,
+    OpenAIEngineConfig,
+    RayEngineConfig,
+    VLLMEngineConfig,
+)
 from resources.engine import LLMEngine, Request, RunResult
 from resources.environment import ENGINE_KINDS, build_engine, engine_settings
 from resources.sim.config import SimulatedEngineConfig
@@ -45,6 +50,7 @@ __all__ = [
     "LlamaCppEngineResource",
     "ResponseCacheResource",
     "OpenAIEngineResource",
+    "RayEngineResource",
     "SimulatedEngineResource",
     "VLLMEngineResource",
     "engine_resource",
@@ -174,6 +180,19 @@ class OpenAIEngineResource(LLMEngineResource, OpenAIEngineConfig):
         return build_engine("openai", _given(self, OpenAIEngineConfig), api_key=self.api_key)
 
 
+class RayEngineResource(OpenAIEngineResource, RayEngineConfig):
+    """The replicas of `OpenAIEngineResource`, each stage run by Ray Data: blocks cut at
+    prefix groups, one actor per replica (`resources.ray_executor`). Its fields are
+    `RayEngineConfig`'s: the OpenAI ones (read from `LLM_ASSETS_OPENAI_<OPTION>` when unset)
+    plus `ray_address`, `ray_block_by`, ... (from `LLM_ASSETS_RAY_<OPTION>`)."""
+
+    def settings(self) -> RayEngineConfig:
+        return engine_settings("ray", _given(self, RayEngineConfig))
+
+    def build_engine(self) -> LLMEngine:
+        return build_engine("ray", _given(self, RayEngineConfig), api_key=self.api_key)
+
+
 class LlamaCppEngineResource(LLMEngineResource, LlamaCppEngineConfig):
     """A real local model on llama.cpp's `llama-server`, which the engine starts on 127.0.0.1
     at the first request of a run and stops when the run's step ends (also a failed one:
@@ -229,6 +248,7 @@ def engine_resource(kind: str, **fields) -> LLMEngineResource:
         "vllm": VLLMEngineResource,
         "openai": OpenAIEngineResource,
         "llama_cpp": LlamaCppEngineResource,
+        "ray": RayEngineResource,
     }
     if kind not in classes:
         raise ValueError(f"unknown engine {kind!r}; expected one of {list(ENGINE_KINDS)}")

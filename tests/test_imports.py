@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-HEAVY = ["vllm", "torch", "transformers", "tiktoken", "tokenizers", "playwright", "highspy"]
+HEAVY = ["vllm", "torch", "transformers", "tiktoken", "tokenizers", "playwright", "highspy", "ray"]
 SCRIPT = f"""
 import importlib, pkgutil, sys
 for package in ("llm_assets", "resources", "jobs", "benchmarks"):

@@ -107,6 +107,14 @@ MEASURES: Mapping[str, tuple[str, ...]] = {
         "benchmarks/lib/quality_metrics.py",
     ),  # fmt: skip
     "queries": ("llm_assets", *_SIM, "benchmarks/queries.py", "benchmarks/lib/ladder.py"),
+    "ray_blocks": (
+        *_OPENAI,
+        *_SIM,
+        "resources/ray_executor",
+        "benchmarks/ray_blocks.py",
+        "benchmarks/lib/ray_bench.py",
+        "benchmarks/lib/fleet_bench.py",
+    ),  # fmt: skip
     "reorder": (
         "llm_assets/optimizer",
         "benchmarks/reorder.py",
@@ -143,6 +151,7 @@ BEHAVIOUR_PRESERVING: Mapping[str, str] = {
     "47f0542": "structured_outputs_for and number_regex moved verbatim to a leaf module",
     "6b0a717": "as_arrow moved verbatim to pipeline/connection.py",
     "20d920d": "the fault benchmarks' shared setup moved verbatim to benchmarks/lib/fault_setup.py",
+    "ec05c11": "resources/ray_executor/__init__.py: its docstring only (git show ec05c11)",
 }
 """Commits shown to change no output (short hash -> the check that showed it)."""
 

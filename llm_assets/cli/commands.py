@@ -88,7 +88,7 @@ def reorder(input_path: Path, fields: str | None, method: str, out: Path | None,
 
 # ---- run and plan ----------------------------------------------------------------------------
 
-ENGINES = ("sim", "openai", "vllm", "llama_cpp")
+ENGINES = ("sim", "openai", "vllm", "llama_cpp", "ray")
 SIM_MODEL = "llama-2-7b"
 
 
