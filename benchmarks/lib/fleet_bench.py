@@ -569,13 +569,20 @@ def run_strategy(
             start = time.perf_counter()
             result = engine.run(relquery, list(requests))
             wall = time.perf_counter() - start
-        pages = [scrape(f"{url.removesuffix('/v1')}/metrics") for url in urls]
-    errors = [r.error for r in result.responses if r.error is not None]
+        return measured(strategy, n, requests, result.responses, wall, urls)
+
+
+def measured(strategy: str, n: int, requests: Sequence[Request], responses, wall: float,
+             urls: list[str]) -> Measured:  # fmt: skip
+    """One row: the client's answers and each server's own counters (its `/metrics`, read
+    now: call it while the servers are still up)."""
+    pages = [scrape(f"{url.removesuffix('/v1')}/metrics") for url in urls]
+    errors = [r.error for r in responses if r.error is not None]
     return Measured(
         strategy=strategy,
         replicas=n,
         requests=len(requests),
-        answered=len(result.responses) - len(errors),
+        answered=len(responses) - len(errors),
         errors=errors,
         wall_s=wall,
         hits=[p["vllm:prefix_cache_hits_total"] for p in pages],
@@ -584,5 +591,5 @@ def run_strategy(
         generation_tokens=[p["vllm:generation_tokens_total"] for p in pages],
         engine_s=[p["llm_assets_sim:engine_time_seconds_total"] for p in pages],
         server_requests=[p.get("llm_assets_sim:requests_total", 0.0) for p in pages],
-        client_cached_tokens=sum(r.cached_tokens for r in result.responses if r.error is None),
+        client_cached_tokens=sum(r.cached_tokens for r in responses if r.error is None),
     )

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.lib.fault_setup import MODEL, _row_counts
-from benchmarks.lib.fleet_bench import KV_BLOCKS, WINDOW_MS, ForkServer, Measured, fleet
+from benchmarks.lib.fleet_bench import KV_BLOCKS, WINDOW_MS, ForkServer, fleet, measured
 from benchmarks.lib.prom import scrape
 from resources.configs import OpenAIEngineConfig, RayEngineConfig
 from resources.engine import Request
@@ -40,27 +40,6 @@ def _client(urls: list[str], concurrency: int) -> dict[str, Any]:
     return {"base_urls": urls, "model": MODEL, "max_concurrency": concurrency,
             "server_style": "vllm", "timeout_s": 120.0, "request_deadline_s": 600.0,
             "seed": 0}  # fmt: skip
-
-
-def _measured(name: str, n: int, requests: Sequence[Request], responses, wall: float,
-              urls: list[str]) -> Measured:  # fmt: skip
-    pages = [scrape(f"{url.removesuffix('/v1')}/metrics") for url in urls]
-    errors = [r.error for r in responses if r.error is not None]
-    return Measured(
-        strategy=name,
-        replicas=n,
-        requests=len(requests),
-        answered=len(responses) - len(errors),
-        errors=errors,
-        wall_s=wall,
-        hits=[p["vllm:prefix_cache_hits_total"] for p in pages],
-        queries=[p["vllm:prefix_cache_queries_total"] for p in pages],
-        prompt_tokens=[p["vllm:prompt_tokens_total"] for p in pages],
-        generation_tokens=[p["vllm:generation_tokens_total"] for p in pages],
-        engine_s=[p["llm_assets_sim:engine_time_seconds_total"] for p in pages],
-        server_requests=[p.get("llm_assets_sim:requests_total", 0.0) for p in pages],
-        client_cached_tokens=sum(r.cached_tokens for r in responses if r.error is None),
-    )
 
 
 def run_ray(
@@ -88,8 +67,8 @@ def run_ray(
                              relquery_id="ray_blocks", commit_every=commit_every)  # fmt: skip
         wall = time.perf_counter() - start
         responses = run.result.responses
-        measured = _measured(name or f"ray_{block_by}", n, requests, responses, wall, urls)
-    row = measured.row()
+        row_of = measured(name or f"ray_{block_by}", n, requests, responses, wall, urls)
+    row = row_of.row()
     prompts = [r.prompt for r in requests]
     row.update(
         blocks=len(run.blocks),
@@ -98,7 +77,7 @@ def run_ray(
         actor_sent=run.sent,
         commit_every=commit_every or 2 * concurrency,
         rows_per_s_wall=round(len(requests) / wall, 2),
-        rows_per_s_sim=round(len(requests) / measured.makespan_s, 2),
+        rows_per_s_sim=round(len(requests) / row_of.makespan_s, 2),
     )
     return row
 
