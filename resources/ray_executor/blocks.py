@@ -17,7 +17,7 @@ Invariants of `cut_blocks(prompts, block_rows, by)`:
   `ceil(len / block_rows)` near-equal contiguous pieces (so no block mixes a piece of a cut
   group with another group). A block never ends inside a group it could have held whole.
 
->>> movie = "Q: " + "a" * 70
+>>> movie = "Q: " + "a " * 40  # two KV blocks its prompts share
 >>> prompts = [movie + "1", movie + "2", movie + "3", "Q: b", "Q: c"]
 >>> cut_blocks(prompts, 2, "default")
 [[0, 1], [2, 3], [4]]

@@ -11,9 +11,11 @@ from resources.ray_executor.blocks import block_groups_split, cut_blocks, defaul
 
 
 def _prompts(sizes: list[int]) -> list[str]:
-    """Groups of the given sizes, in plan order (each group shares a 70+ character head; with
-    two groups or more, the prefix common to all is 'Q: ' and a digit or two)."""
-    return [f"Q: {g:03d}{'m' * 70}{k}" for g, n in enumerate(sizes) for k in range(n)]
+    """Groups of the given sizes, in plan order: each group's prompts share a head of two or
+    more full 16-token KV blocks (the planner's unit); with two groups or more, what all
+    prompts share ends inside the first block (`Q: group ` and a digit or two)."""
+    return [f"Q: group {g:03d} " + "plot words " * 20 + f"row {k}"
+            for g, n in enumerate(sizes) for k in range(n)]  # fmt: skip
 
 
 @settings(max_examples=200, deadline=None)
