@@ -27,12 +27,12 @@ bound, the wrong-key case sent more than `max_concurrency` requests, or:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 from benchmarks.lib.faults import FAULT_MATRIX, markdown_table, run_fault_matrix
+from benchmarks.lib.provenance import write_result
 
 DEFAULT_JSON = Path("benchmarks/results/faults.json")
 
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     result["command"] = " ".join(["python -m benchmarks.faults", *words])
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.json, result, indent=2)
     md = args.json.with_suffix(".md")
     problems = _acceptance(result)
     md.write_text(

@@ -46,13 +46,13 @@ text (movie_info + review_content bytes), the data the papers compare with DuckD
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from benchmarks.lib.provenance import write_result
 from benchmarks.lib.sweep import IDEAL_CLIENT, ClientModel, simulate_point
 from llm_assets.data.movies import movie_reviews
 from llm_assets.output_spec import OutputSpec
@@ -457,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": time.perf_counter() - t0,
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    write_result(args.json, out, indent=2, sort_keys=True)
     args.json.with_suffix(".md").write_text(_markdown(out))
     for name, checks in profiles.items():
         print(f"timing profile {name}:")

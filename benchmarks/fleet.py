@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import math
 import os
@@ -35,6 +34,7 @@ from benchmarks.lib.fleet_bench import (
     build_tables,
     run_strategy,
 )
+from benchmarks.lib.provenance import write_result
 from benchmarks.lib.vllm_router import router_binary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fleet-logs-") as logs:
         doc = measure(args, Path(logs))
     doc["targets"] = targets(doc)
-    (out / "fleet.json").write_text(json.dumps(doc, indent=1) + "\n")
+    write_result((out / "fleet.json"), doc, indent=1)
     (out / "fleet.md").write_text(markdown(doc, doc["targets"]))
     plot(doc, out / "fleet.png")
     print(f"wrote {out / 'fleet.json'}, fleet.md, fleet.png ({doc['wall_s']:.0f} s)")

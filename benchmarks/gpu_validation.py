@@ -42,6 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.lib.provenance import write_result
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_JSON = ROOT / "benchmarks" / "results" / "gpu_validation.json"
 GPUS = ("H100-80GB", "H200")
@@ -378,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                 out = finish(args.gpu, requests, measure(Path(tmp)))
     out = {"command": command, **out, "wall_s": time.perf_counter() - t0}
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(out, indent=1) + "\n")
+    write_result(args.json, out, indent=1)
     print(f"wrote {args.json} ({out['wall_s']:.0f} s wall)")
     if "fitted_coefficients" in out:
         args.json.with_suffix(".md").write_text(markdown(out))

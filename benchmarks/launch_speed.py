@@ -44,6 +44,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from benchmarks.lib.provenance import write_result
 from llm_assets.assets.executor import EXECUTOR_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -260,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             2,
         )
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.json, result, indent=2)
     print(json.dumps({k: v for k, v in result.items() if k != "sql"}, indent=2))
     return 1 if mismatches else 0
 

@@ -42,6 +42,7 @@ from benchmarks.lib.llama_cpp_measure import SIM_DEPLOYMENT, record
 from benchmarks.lib.llama_cpp_pair import PairRun, first_rows_csv, run_pair
 from benchmarks.lib.llama_cpp_real import problems_real, run_real
 from benchmarks.lib.llama_cpp_real_report import markdown_real
+from benchmarks.lib.provenance import write_result
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TOKENIZER = SHARED / "tokenizers" / "llama3_tokenizer.json"
@@ -236,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     result["command"] = " ".join(["python -m benchmarks.llama_cpp", *words])
     out = args.json or default_json
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(out, result, indent=2)
     out.with_suffix(".md").write_text(render(result))
     print(render(result))
     found = check(result)

@@ -46,6 +46,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from benchmarks.lib.provenance import write_result
 from llm_assets.data.tables import load_table
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "loader.json"
@@ -719,7 +720,7 @@ def main() -> None:
     if memory_rows:
         report["memory"] = memory_report(memory_rows)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    write_result(args.json, report, indent=2)
     text = report_markdown(report)
     args.json.with_suffix(".md").write_text(text)
     print(text, end="")

@@ -48,6 +48,7 @@ from benchmarks.lib.mutants import (
     package_of,
     sample,
 )
+from benchmarks.lib.provenance import write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -316,7 +317,7 @@ def report(args: argparse.Namespace) -> None:
         "confirmed_by_direct_run": confirmed,
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "mutation.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    write_result((RESULTS / "mutation.json"), result, indent=1, ensure_ascii=False)
     (RESULTS / "mutation.md").write_text(markdown(result))
     print((RESULTS / "mutation.md").read_text())
 

@@ -20,10 +20,11 @@ sampling error (plus the draw of representative rows), nothing else. Exit status
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
+
+from benchmarks.lib.provenance import write_result
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SHARED_MOVIES = Path(__file__).resolve().parents[2] / "shared" / "data" / "movies_small.csv"
@@ -216,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    write_result(args.json, report, indent=2)
     args.md.write_text(markdown(report))
     print(markdown(report))
     return 1 if misses else 0

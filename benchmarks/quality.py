@@ -53,6 +53,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from benchmarks.lib.provenance import write_result
 from benchmarks.lib.quality_metrics import (
     agreement,
     exact_match,
@@ -786,7 +787,7 @@ def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     result["command"] = " ".join(["python -m benchmarks.quality", *words])
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.json, result, indent=2)
     write_reports(result, args.json, plot_too=not args.no_plot)
     found = problems(result)
     for line in found:

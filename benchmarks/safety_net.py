@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.lib.provenance import write_result
 from benchmarks.reorder import SHAPE_ROWS, table_specs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,7 +121,7 @@ def main() -> None:
         print(json.dumps(tables[-1]), file=sys.stderr)
     report = {"repeat": args.repeat, "target": TARGET, "tables": tables}
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    write_result(args.json, report, indent=2)
     args.json.with_suffix(".md").write_text(markdown(report))
     print(markdown(report))
 

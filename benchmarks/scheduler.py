@@ -25,13 +25,13 @@ plot (`scheduler.png`: mean latency against load, and the mean-p99 frontier).
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.lib.provenance import write_result
 from benchmarks.lib.workload import TEMPLATES, WorkloadConfig, generate_workload
 from benchmarks.scheduler_report import markdown, plot
 from resources.sim import ApproxTokenizer, SimulatedEngine
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     workload["benchmark_wall_s"] = time.perf_counter() - t_start
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    write_result(args.json, out, indent=2, sort_keys=True)
     md = args.json.with_suffix(".md")
     md.write_text(markdown(out))
     png = args.json.with_suffix(".png")

@@ -62,6 +62,8 @@ import time
 import uuid
 from pathlib import Path
 
+from benchmarks.lib.provenance import write_result
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 DATA = SHARED / "data" / "movies_small.csv"
@@ -710,7 +712,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(path, result, indent=2)
     path.with_suffix(".md").write_text(report(result))
     print(report(result))
     missed = [t["target"] for t in result["targets"] if not t["met"]]

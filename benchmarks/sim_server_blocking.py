@@ -20,7 +20,6 @@ old code with a smaller `--huge` to see the trend without exhausting memory.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
@@ -33,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from benchmarks.lib.provenance import write_result
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_JSON = REPO / "benchmarks/results/sim_server_blocking.json"
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     result = measure(args.code.resolve(), args.huge, args.repeats)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.json, result, indent=2)
     args.json.with_suffix(".md").write_text(markdown(result))
     print(markdown(result))
     return 0

@@ -13,7 +13,6 @@ prefix cache off, the tokenizer's worst case). Writes JSON (default
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import random
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.fidelity import CLASSIFY_INSTRUCTION, _requests, movies_table
+from benchmarks.lib.provenance import write_result
 from llm_assets.data.text import random_texts
 from resources.sim import SimulatedEngine
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = {"machine": platform.machine(), "python": platform.python_version(), "runs": results}
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    write_result(args.json, out, indent=2, sort_keys=True)
     for name, r in results.items():
         print(
             f"{name:10s} {r['requests']} requests, {r['avg_prompt_tokens']:.0f} tokens avg, "

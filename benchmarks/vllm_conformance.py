@@ -41,6 +41,7 @@ from pathlib import Path
 
 from benchmarks.lib.conformance import MAX_MODEL_LEN, MODEL, compare, simulate_run, vllm_requests
 from benchmarks.lib.model_dir import write_model_dir
+from benchmarks.lib.provenance import write_result
 from resources.sim.block_cache import BLOCK_SIZE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": time.perf_counter() - t0,
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(out, indent=1) + "\n")
+    write_result(args.json, out, indent=1)
     args.json.with_suffix(".md").write_text(markdown(out))
     print(markdown(out).split("| run |")[0])
     if args.record_traces:
