@@ -18,14 +18,6 @@ from resources.warehouse.store import warehouse_io_manager
 SQL = "SELECT r.id, LLM('Summarize {review}', r.review) AS summary FROM reviews r"
 
 
-@pytest.fixture
-def landing(tmp_path, monkeypatch):
-    monkeypatch.setenv("LLM_ASSETS_HOME", str(tmp_path / "home"))
-    folder = tmp_path / "landing"
-    folder.mkdir()
-    return folder
-
-
 def WAREHOUSE():  # noqa: N802 - reads as the resource it returns
     """The sensor's resources: the warehouse under this test's $LLM_ASSETS_HOME."""
     return {"io_manager": warehouse_io_manager()}

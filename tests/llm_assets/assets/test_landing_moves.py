@@ -8,21 +8,12 @@ import time
 
 import dagster as dg
 import duckdb
-import pytest
 
 from jobs.resources import resources_for
 from llm_assets import llm_query_assets
 from resources.warehouse.store import warehouse_io_manager
 
 SQL = "SELECT r.id, LLM('Summarize {review}', r.review) AS summary FROM reviews r"
-
-
-@pytest.fixture
-def landing(tmp_path, monkeypatch):
-    monkeypatch.setenv("LLM_ASSETS_HOME", str(tmp_path / "home"))
-    folder = tmp_path / "landing"
-    folder.mkdir()
-    return folder
 
 
 def land(path, ids, age_s=60.0):
