@@ -55,6 +55,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from benchmarks.lib.client_report import write_report
 from benchmarks.lib.fault_setup import healthy_base_url, stop_process
 from benchmarks.lib.provenance import write_result
 from resources.engine import Request
@@ -373,22 +374,6 @@ def profile_path(profile: Path, path: str) -> Path:
     return profile.with_name(f"{profile.stem}-{path}{profile.suffix}")
 
 
-def markdown(result: dict[str, object]) -> str:
-    """One line per row: requests/s, client CPU per request and the CPU shares."""
-    lines = [
-        "| backend | client path | N | req/s | client CPU ms/req | client-bound req/s "
-        "| client CPU share | servers CPU share | errors |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in result["rows"]:  # type: ignore[union-attr]
-        lines.append(
-            f"| {r['backend']} | {r['client_path']} | {r['replicas']} | {r['requests_per_s']} "
-            f"| {r['client_cpu_ms_per_request']} | {r['client_bound_rps']} "
-            f"| {r['client_cpu_share']} | {r['servers_cpu_share']} | {r['errors']} |"
-        )
-    return "\n".join(lines)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.client_throughput")
     p.add_argument("--requests", type=int, default=3000)
@@ -400,10 +385,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--profile", type=Path, default=None, help="cProfile output per path (stub, max N)"
     )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--report", action="store_true", help="rewrite the report from --out")
     p.add_argument("--serve-stub", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.serve_stub:
         asyncio.run(_serve_stub())
+        return 0
+    if args.report:
+        write_report(args.out, json.loads(args.out.read_text(encoding="utf-8")))
         return 0
     result = run(
         args.backends,
@@ -415,7 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_result(args.out, result)
-    print(markdown(result))
+    print(write_report(args.out, result))
     if args.profile is not None:
         for path in args.paths:
             prof = profile_path(args.profile, path)

@@ -37,7 +37,11 @@ _GPU = ("resources/sim/cost_model.py", "resources/sim/profiles.py", "resources/v
 
 MEASURES: Mapping[str, tuple[str, ...]] = {
     "breakages": ("benchmarks/lib/breakages.py", "tests"),
-    "client_throughput": (*_OPENAI, "benchmarks/client_throughput.py"),
+    "client_throughput": (
+        *_OPENAI,
+        "benchmarks/client_throughput.py",
+        "benchmarks/lib/client_report.py",
+    ),
     "faults": (
         *_OPENAI,
         *_SIM,
@@ -107,6 +111,7 @@ MEASURES: Mapping[str, tuple[str, ...]] = {
         "benchmarks/lib/quality_metrics.py",
     ),  # fmt: skip
     "queries": ("llm_assets", *_SIM, "benchmarks/queries.py", "benchmarks/lib/ladder.py"),
+    "queries_h200": ("llm_assets", *_SIM, "benchmarks/queries.py", "benchmarks/lib/ladder.py"),
     "ray_blocks": (
         *_OPENAI,
         *_SIM,
@@ -218,6 +223,19 @@ STALE_MARK = "> **Stale**: "
 RUN_MARK = "> Run at "
 
 
+def with_header(text: str, head: list[str]) -> str:
+    """`text` (a result's markdown) with its mark lines (`RUN_MARK`, `STALE_MARK`) replaced by
+    `head`: under the title when the first line is one (`# ...`), else first; one blank line
+    on each side. Idempotent, and every other line keeps its place and content (the blank
+    lines the old marks stood among collapse into those around `head`)."""
+    lines = [ln for ln in text.split("\n") if not ln.startswith((STALE_MARK, RUN_MARK))]
+    at = 1 if lines and lines[0].startswith("# ") else 0
+    rest = lines[at:]
+    while rest and not rest[0].strip():
+        rest.pop(0)
+    return "\n".join([*lines[:at], *([""] if at else []), *head, "", *rest])
+
+
 def mark(name: str) -> str:
     """Set or clear result `name`'s `stale` (JSON) and its markdown's **Stale** header line
     from `changes_since`; the status line printed by `main`. A result without `commit` is
@@ -240,21 +258,11 @@ def mark(name: str) -> str:
     path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     markdown = path.with_suffix(".md")
     if markdown.exists():
-        lines = [ln for ln in markdown.read_text(encoding="utf-8").split("\n")
-                 if not ln.startswith((STALE_MARK, RUN_MARK))]  # fmt: skip
-        while (
-            len(lines) > 1
-            and lines[0].startswith("#")
-            and lines[1] == ""
-            and (len(lines) > 2 and lines[2] == "")
-        ):
-            del lines[1]  # the blank line a removed mark left
         head = [f"{RUN_MARK}{doc['commit'][:12]} by `{doc.get('command') or 'unrecorded'}`"]
         if note:
             head += ["", STALE_MARK + note]
-        at = 1 if lines and lines[0].startswith("#") else 0
-        lines[at:at] = ["", *head] if at else [*head, ""]
-        markdown.write_text("\n".join(lines), encoding="utf-8")
+        text = markdown.read_text(encoding="utf-8")
+        markdown.write_text(with_header(text, head), encoding="utf-8")
     return f"{name:24s} {'stale' if note else 'current':8s} {doc['commit'][:7]}"
 
 

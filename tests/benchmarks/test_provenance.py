@@ -7,8 +7,17 @@ import re
 import subprocess
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from benchmarks.lib.provenance import MEASURES, RESULTS, changes_since
+from benchmarks.lib.provenance import (
+    MEASURES,
+    RESULTS,
+    RUN_MARK,
+    STALE_MARK,
+    changes_since,
+    with_header,
+)
 from tests.conftest import ROOT
 
 RESULT_FILES = sorted(RESULTS.glob("*.json"))
@@ -73,3 +82,26 @@ def test_the_stale_check_sees_a_change_after_the_result():
                            capture_output=True, text=True, check=True)  # fmt: skip
     first = roots.stdout.split()[0]
     assert changes_since("reorder", {"commit": first, "dirty": False})
+
+
+_LINE = st.one_of(
+    st.just(""),
+    st.just("# Title"),
+    st.sampled_from([STALE_MARK + "old note", RUN_MARK + "abc by `x`"]),
+    st.text(alphabet="ab |-#>", max_size=8),
+)
+
+
+@given(st.lists(_LINE, max_size=12), st.booleans())
+def test_a_header_rewrite_is_idempotent_and_keeps_every_other_line(lines, stale):
+    """Marking a result twice gives what marking it once gives (blank lines do not pile up
+    where the marks stand), and the markdown's own lines stay, in order."""
+    head = [RUN_MARK + "0123abcd by `python -m benchmarks.x`"]
+    if stale:
+        head += ["", STALE_MARK + "changed"]
+    text = "\n".join(lines)
+    once = with_header(text, head)
+    assert with_header(once, head) == once
+    own = [ln for ln in lines if ln.strip() and not ln.startswith((STALE_MARK, RUN_MARK))]
+    kept = [ln for ln in once.split("\n") if ln.strip() and ln not in head]
+    assert kept == own
