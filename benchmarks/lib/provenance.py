@@ -157,6 +157,8 @@ BEHAVIOUR_PRESERVING: Mapping[str, str] = {
     "6b0a717": "as_arrow moved verbatim to pipeline/connection.py",
     "20d920d": "the fault benchmarks' shared setup moved verbatim to benchmarks/lib/fault_setup.py",
     "ec05c11": "resources/ray_executor/__init__.py: its docstring only (git show ec05c11)",
+    "9025483": "benchmarks/client_throughput.py: its markdown moved to benchmarks/lib/client_report.py; "
+    "the measured rows' code unchanged (git show 9025483)",
 }
 """Commits shown to change no output (short hash -> the check that showed it)."""
 
