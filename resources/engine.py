@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from llm_assets.output_spec import OutputSpec
 
 __all__ = [
+    "RELQUERY_HEADER",
     "EngineWrapper",
     "GpuRental",
     "LLMEngine",
@@ -32,6 +33,10 @@ __all__ = [
     "RunResult",
     "RunStats",
 ]
+
+RELQUERY_HEADER = "X-Relquery-Id"
+"""The HTTP header that carries a request's relQuery id from a client to an OpenAI-compatible
+server (the sim server schedules by it; `LLMEngine.run`'s `relquery_id`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from resources.configs import OpenAIEngineConfig
-from resources.engine import Request
+from resources.engine import RELQUERY_HEADER, Request
 from resources.openai.wire import (
     NO_CACHED_TOKENS_ADVICE,
     Redactor,
@@ -34,8 +34,6 @@ from resources.redaction import secret_forms
 __all__ = ["RELQUERY_HEADER", "ClientSettings", "ProgressCallback"]
 
 log = logging.getLogger("resources.openai.engine")
-
-RELQUERY_HEADER = "X-Relquery-Id"
 
 ProgressCallback = Callable[[int, int], None]
 

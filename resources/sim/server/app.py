@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from resources.engine import LLMEngine, Request, Response
+from resources.engine import RELQUERY_HEADER, LLMEngine, Request, Response
 from resources.sim.server.batcher import EngineBatcher, EngineFailure
 from resources.sim.server.errors import ApiError, bad_request
 from resources.sim.server.faults import FaultConfig, FaultInjector
@@ -47,7 +47,6 @@ __all__ = ["EngineFacts", "Reply", "ServerConfig", "SimApp", "engine_facts"]
 log = logging.getLogger(__name__)
 
 DEFAULT_RELQUERY_ID = "http"
-RELQUERY_HEADER = "X-Relquery-Id"
 
 
 @dataclass(frozen=True)
