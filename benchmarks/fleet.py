@@ -28,12 +28,11 @@ from pathlib import Path
 from benchmarks.lib.fleet_bench import (
     KV_BLOCKS,
     STRATEGIES,
-    TABLES,
     WINDOW_MS,
     ForkServer,
-    build_tables,
     run_strategy,
 )
+from benchmarks.lib.fleet_tables import TABLES, build_tables
 from benchmarks.lib.provenance import write_result
 from benchmarks.lib.vllm_router import router_binary
 

@@ -4,7 +4,7 @@ routing, over the same planned table and the same N sim servers (issue 38 item 2
     python -m benchmarks.ray_blocks [--rows 600] [--replicas 2,4] [--concurrency 16]
         [--block-rows N] [--kill-replicas 2] [--kill-at 0.4] [--quick] [--out DIR]
 
-The movies table (Q1 over `../shared/data/movies_small.csv`, `benchmarks.lib.fleet_bench.
+The movies table (Q1 over `../shared/data/movies_small.csv`, `benchmarks.lib.fleet_tables.
 plan_table`: the product's planner, dedup + GGR) is planned once; then, for each N, fresh
 servers per run (cold caches): `affinity` (the fleet client, `OpenAIEngine` with N URLs),
 `ray_default_auto` (Ray Data cuts the plan into as many row-count blocks as it chooses itself,
@@ -30,7 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.lib.fleet_bench import ForkServer, plan_table, run_strategy
+from benchmarks.lib.fleet_bench import ForkServer, run_strategy
+from benchmarks.lib.fleet_tables import plan_table
 from benchmarks.lib.provenance import write_result
 from benchmarks.lib.ray_bench import FLAGS, run_kill, run_ray
 from resources.ray_executor.blocks import default_rows

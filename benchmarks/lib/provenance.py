@@ -75,6 +75,7 @@ MEASURES: Mapping[str, tuple[str, ...]] = {
         *_SIM,
         "benchmarks/fleet.py",
         "benchmarks/lib/fleet_bench.py",
+        "benchmarks/lib/fleet_tables.py",
         "benchmarks/lib/vllm_router.py",
     ),  # fmt: skip
     "gpu_validation": (
@@ -119,6 +120,7 @@ MEASURES: Mapping[str, tuple[str, ...]] = {
         "benchmarks/ray_blocks.py",
         "benchmarks/lib/ray_bench.py",
         "benchmarks/lib/fleet_bench.py",
+        "benchmarks/lib/fleet_tables.py",
     ),  # fmt: skip
     "reorder": (
         "llm_assets/optimizer",
@@ -157,9 +159,10 @@ BEHAVIOUR_PRESERVING: Mapping[str, str] = {
     "6b0a717": "as_arrow moved verbatim to pipeline/connection.py",
     "20d920d": "the fault benchmarks' shared setup moved verbatim to benchmarks/lib/fault_setup.py",
     "ec05c11": "resources/ray_executor/__init__.py: its docstring only (git show ec05c11)",
-    "9025483": "benchmarks/client_throughput.py: its markdown moved to benchmarks/lib/client_report.py; "
-    "the measured rows' code unchanged (git show 9025483)",
-    "e5ee866": "RELQUERY_HEADER, the same string, defined once in resources/engine.py (git show e5ee866)",
+    "9025483": "benchmarks/client_throughput.py: its markdown moved to "
+    "benchmarks/lib/client_report.py; the measured rows' code unchanged (git show 9025483)",
+    "e5ee866": "RELQUERY_HEADER, the same string, defined once in resources/engine.py "
+    "(git show e5ee866)",
 }
 """Commits shown to change no output (short hash -> the check that showed it)."""
 

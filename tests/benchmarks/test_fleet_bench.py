@@ -11,7 +11,8 @@ more of the reuse than round robin.
 import pytest
 
 from benchmarks.fleet import targets
-from benchmarks.lib.fleet_bench import plan_table, run_strategy
+from benchmarks.lib.fleet_bench import run_strategy
+from benchmarks.lib.fleet_tables import plan_table
 from benchmarks.lib.vllm_router import router_binary
 
 
