@@ -163,6 +163,8 @@ BEHAVIOUR_PRESERVING: Mapping[str, str] = {
     "benchmarks/lib/client_report.py; the measured rows' code unchanged (git show 9025483)",
     "e5ee866": "RELQUERY_HEADER, the same string, defined once in resources/engine.py "
     "(git show e5ee866)",
+    "ae437ba": "fleet tables moved to benchmarks/lib/fleet_tables.py: the six tables plan the same "
+    "requests (sha256 of ids, prompts and max_tokens at 60 rows, before and after)",
 }
 """Commits shown to change no output (short hash -> the check that showed it)."""
 
