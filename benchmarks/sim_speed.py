@@ -51,7 +51,9 @@ def distinct_prompts() -> list[str]:
 
 
 def measure(name: str, prompts: list[str], enable_prefix_caching: bool) -> dict:
-    engine = SimulatedEngine("L4", "llama-2-7b", "vllm-v1", enable_prefix_caching)
+    engine = SimulatedEngine(
+        "L4", "llama-2-7b", "vllm-v1", enable_prefix_caching=enable_prefix_caching
+    )
     requests = _requests(prompts, 5)
     t0 = time.perf_counter()
     result = engine.run(name, requests)
