@@ -247,6 +247,18 @@ class LLMEngine(ABC):
         approximation of the Llama 3 tokenizer (`resources.sim.tokenizer.ApproxTokenizer`)."""
         return _approx_tokenizer().count(text)
 
+    def token_ids(self, text: str) -> Sequence[int]:
+        """Token ids of `text` as this engine's prefix cache sees them (the planner scores
+        candidate orders in whole `kv_block_size` blocks of these); the default is the
+        approximation `count_tokens` uses, so `len(token_ids(t)) == count_tokens(t)`."""
+        return _approx_tokenizer().encode(text)
+
+    @property
+    def kv_block_size(self) -> int:
+        """Tokens per KV-cache block, the unit a prefix-cache hit comes in; the default is
+        vLLM's (`block_size` 16 on CUDA)."""
+        return 16
+
     @property
     def tokens_within_chars(self) -> bool:
         """True when `count_tokens(text) <= len(text)` for every text, so a prompt of at most
@@ -280,9 +292,13 @@ class EngineWrapper(LLMEngine):
     num_replicas = property(lambda self: self.inner.num_replicas)
     identity = property(lambda self: self.inner.identity)
     tokens_within_chars = property(lambda self: self.inner.tokens_within_chars)
+    kv_block_size = property(lambda self: self.inner.kv_block_size)
 
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)
+
+    def token_ids(self, text: str) -> Sequence[int]:
+        return self.inner.token_ids(text)
 
     def run(self, relquery_id: str, requests: Sequence[Request]) -> RunResult:
         return self.inner.run(relquery_id, requests)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -274,10 +275,34 @@ def mark(name: str) -> str:
     return f"{name:24s} {'stale' if note else 'current':8s} {doc['commit'][:7]}"
 
 
+README_ROW = re.compile(r"^(\| \[(\w+)\]\(benchmarks/results/\2\.md\) \|.*\| )[^|]*( \|)$", re.M)
+"""A row of the README's results table: its last cell says where the result ran and whether
+it holds (`<commit>, current` or `<commit>, **stale**`)."""
+
+
+def mark_readme(text: str, states: Mapping[str, tuple[str, bool]]) -> str:
+    """`text` (the README) with each results row's last cell set from `states` (result name ->
+    (commit, stale)); rows of results not in `states` are left as they are."""
+
+    def cell(row: re.Match[str]) -> str:
+        if row[2] not in states:
+            return row[0]
+        commit, stale = states[row[2]]
+        return f"{row[1]}{commit[:7]}, {'**stale**' if stale else 'current'}{row[3]}"
+
+    return README_ROW.sub(cell, text)
+
+
 def main() -> None:
-    """`python -m benchmarks.lib.provenance`: mark every result current or stale, print each."""
+    """`python -m benchmarks.lib.provenance`: mark every result current or stale (its JSON, its
+    markdown, its README row), print each."""
+    states = {}
     for path in sorted(RESULTS.glob("*.json")):
         print(mark(path.stem))
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        states[path.stem] = (str(doc["commit"]), "stale" in doc)
+    readme = ROOT / "README.md"
+    readme.write_text(mark_readme(readme.read_text(encoding="utf-8"), states), encoding="utf-8")
 
 
 if __name__ == "__main__":

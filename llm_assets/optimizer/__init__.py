@@ -18,6 +18,7 @@ from llm_assets.optimizer.cell_hits import CellTexts, fixed_order_hit_rates, sch
 from llm_assets.optimizer.column_stats import column_stats_schedule, field_order
 from llm_assets.optimizer.ggr import GGRConfig, ggr_schedule
 from llm_assets.optimizer.metrics import row_strings, token_hit_rate
+from llm_assets.optimizer.prompts import PromptFormat, render_prompts
 from llm_assets.optimizer.quickgreedy import quick_greedy
 from llm_assets.optimizer.schedule import Schedule, validate_schedule
 from llm_assets.optimizer.table import EncodedTable, TableLike, encode
@@ -50,6 +51,7 @@ def reorder(
     tokenizer: Callable[[str], Sequence[int]] | None = None,
     fixed_fields: bool = False,
     block_size: int | None = None,
+    fmt: PromptFormat | None = None,
 ) -> Schedule:
     """Schedule for `table` over `fields` (all columns by default) by `method`:
     `original` (file order, fields as given), `column_stats`, or `ggr`.
@@ -60,8 +62,12 @@ def reorder(
     the greedy), naming it in `method_used`. The score is the char hit rate, or with
     `tokenizer` (text -> token ids) the token hit rate in whole `block_size`-token blocks
     (the engine's KV block size, given with the tokenizer) of the rows rendered one value per
-    line; the greedy then also weighs values by their token counts, unless `table` is
-    already encoded (`token_length` alone only does that).
+    line, or with `fmt` as the prompts `fmt` renders (`render_prompts`, the texts sent); the
+    greedy then also weighs values by their token counts, unless `table` is already encoded
+    (`token_length` alone only does that). So with `tokenizer`, `block_size` and `fmt` the
+    engine's own, the schedule returned has a token hit rate, as an unbounded prefix cache of
+    that engine counts it (`metrics.token_hit_rate`), at least file order's; the char hit
+    rate does not promise that (a char-better order can share fewer whole blocks).
 
     With `fixed_fields` every row keeps the fields in the order given: `original` is file
     order, the other methods sort the rows by their values in that order (method_used
@@ -90,12 +96,14 @@ def reorder(
         candidates["authors_ggr"] = lambda: quick_greedy(enc)
     if tokenizer is None:
         return _best_by_char_rate(enc, candidates)
+    memo: dict[str, Sequence[int]] = {}  # candidates share most texts: tokenize each once
+    tokenizer = _memoised(tokenizer, memo)
     best, best_score = None, -1.0
     for name in ("ggr", "column_stats", "original", "authors_ggr"):
         if name not in candidates:
             continue
         schedule = candidates[name]()
-        score = _hit_rate(enc, schedule, tokenizer, block_size)
+        score = _hit_rate(enc, schedule, tokenizer, block_size, fmt)
         if score > best_score:
             best, best_score = replace(schedule, method_used=name), score
     return best
@@ -128,7 +136,22 @@ def _best_by_char_rate(enc: EncodedTable, candidates: dict) -> Schedule:
     return replace(kept, method_used=best)
 
 
-def _hit_rate(enc: EncodedTable, schedule: Schedule, tokenizer, block_size) -> float:
-    """Token hit rate of `schedule`: it depends on the row order (a row whose every block
-    an earlier row holds hits all but its last), so each candidate is scored whole."""
-    return token_hit_rate(row_strings(enc, schedule, sep="\n"), tokenizer, block_size)
+def _memoised(tokenizer, memo: dict) -> Callable[[str], Sequence[int]]:
+    def ids(text: str) -> Sequence[int]:
+        got = memo.get(text)
+        if got is None:
+            got = memo[text] = tokenizer(text)
+        return got
+
+    return ids
+
+
+def _hit_rate(enc: EncodedTable, schedule: Schedule, tokenizer, block_size, fmt) -> float:
+    """Token hit rate of `schedule` (its prompts under `fmt`, else one value per line): it
+    depends on the row order (a row whose every block an earlier row holds hits all but its
+    last), so each candidate is scored whole."""
+    if fmt is None:
+        texts = row_strings(enc, schedule, sep="\n")
+    else:
+        texts = render_prompts(enc, schedule, fmt)
+    return token_hit_rate(texts, tokenizer, block_size)

@@ -202,6 +202,8 @@ def plan_stage(
         max_prompt_tokens=limit,
         count_tokens=count_tokens,
         tokens_within_chars=getattr(engine, "tokens_within_chars", False),
+        tokenize=getattr(engine, "token_ids", None),
+        block_size=getattr(engine, "kv_block_size", None),
         context_policy=options.context_policy,
     )
     fmt = prompt_format(call, options.prompt_style, options.system_prompt, columns)

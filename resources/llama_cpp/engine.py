@@ -126,6 +126,11 @@ class LlamaCppEngine(EngineWrapper):
         return LLMEngine.count_tokens(self, text)
 
     @property
+    def kv_block_size(self) -> int:
+        """llama.cpp reuses a cached prefix token by token (`resources.openai.tokens`)."""
+        return 1
+
+    @property
     def server(self) -> LlamaServer | None:
         """The running server, None before the first request or after `close()`."""
         return self._server

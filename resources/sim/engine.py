@@ -183,6 +183,14 @@ class SimulatedEngine(LLMEngine):
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text))
 
+    def token_ids(self, text: str) -> list[int]:
+        """The ids this engine's block pool hashes (its tokenizer's)."""
+        return self.tokenizer.encode(text)
+
+    @property
+    def kv_block_size(self) -> int:
+        return BLOCK_SIZE
+
     @property
     def tokens_within_chars(self) -> bool:
         """The built-in approximation gives a piece of n characters at most n tokens and its

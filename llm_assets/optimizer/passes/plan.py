@@ -3,7 +3,7 @@ read (`Settings`). Both are immutable; a pass returns a new plan (`dataclasses.r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -39,6 +39,12 @@ class Settings:
     tokens_within_chars: bool = False
     """`count_tokens(text) <= len(text)` for every text (the engine's promise): a prompt of at
     most `max_prompt_tokens` characters fits without being counted."""
+    tokenize: Callable[[str], Sequence[int]] | None = None
+    """The engine's token ids (with `block_size`): the reorder pass then picks among its
+    candidate orders by the token hit rate of the prompts as sent, in whole blocks, the unit
+    the engine's prefix cache counts; None: by char hit rate."""
+    block_size: int | None = None
+    """Tokens per KV block of the engine's prefix cache (with `tokenize`)."""
     context_policy: str = "fail"
     """A prompt over `max_prompt_tokens`: `fail` it, or `truncate` its longest field."""
 
