@@ -16,6 +16,7 @@ from benchmarks.lib.provenance import (
     RUN_MARK,
     STALE_MARK,
     changes_since,
+    mark_readme,
     with_header,
 )
 from tests.conftest import ROOT
@@ -105,3 +106,13 @@ def test_a_header_rewrite_is_idempotent_and_keeps_every_other_line(lines, stale)
     own = [ln for ln in lines if ln.strip() and not ln.startswith((STALE_MARK, RUN_MARK))]
     kept = [ln for ln in once.split("\n") if ln.strip() and ln not in head]
     assert kept == own
+
+
+def test_the_readme_row_says_what_its_result_json_says():
+    row = "| [fleet](benchmarks/results/fleet.md) | a headline | 1234567, current |"
+    other = "| [queries](benchmarks/results/queries.md) | q | 7654321, current |"
+    text = f"intro\n{row}\n{other}\n"
+    stale = mark_readme(text, {"fleet": ("abcdef0123", True)})
+    assert "| a headline | abcdef0, **stale** |" in stale
+    assert other in stale  # a result not in the states keeps its row
+    assert mark_readme(stale, {"fleet": ("abcdef0123", False)}).count("abcdef0, current |") == 1
