@@ -55,6 +55,8 @@ class RayJobRun:
     result: RunResult
     job_id: str
     figures: dict[str, Any] = field(default_factory=dict)
+    step: tuple[str, str] = ("", "")
+    """(Dagster run id, step's op name) that submitted it."""
 
 
 def current_context():
@@ -168,15 +170,21 @@ def run_as_ray_job(
     stats = RunStats.from_responses(responses, engine="openai", model=client_config.model or "",
                                     hardware=client_config.hardware, engine_time_s=wall,
                                     wall_time_s=wall)  # fmt: skip
-    return RayJobRun(RunResult(responses, stats, figures.get("stopped")), job_id, figures)
+    return RayJobRun(RunResult(responses, stats, figures.get("stopped")), job_id, figures,
+                     _step(context))  # fmt: skip
+
+
+def _step(context) -> tuple[str, str]:
+    return context.run.run_id, context.op_execution_context.op.name
 
 
 def report_jobs(context, jobs: Sequence[RayJobRun]) -> None:
-    """The jobs of this step so far as the asset's `ray_jobs` output metadata (a step that
-    materializes one asset; a multi-asset step only logs them)."""
+    """The jobs this step submitted so far (of `jobs`: all of the engine's) as the asset's
+    `ray_jobs` output metadata (a step that materializes one asset; a multi-asset step's
+    jobs are in its log only)."""
     import dagster as dg
 
     if len(context.selected_asset_keys) != 1:
         return
-    value = dg.MetadataValue.json([job.figures for job in jobs])
+    value = dg.MetadataValue.json([job.figures for job in jobs if job.step == _step(context)])
     context.add_output_metadata({"ray_jobs": value})
