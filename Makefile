@@ -90,7 +90,8 @@ vllm-router: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[router]'
 
 # Ray Data for the Ray executor (resources/ray_executor; its tests are marked slow and skip
-# without it): the optional extra, which adds ray and msgpack and changes no other package
+# without it): the optional extra, ray[data,default] (the job server) and dagster-ray (its
+# Pipes client), which add packages and change no installed one
 ray: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[ray]'
 

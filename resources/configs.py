@@ -246,6 +246,15 @@ class RayEngineConfig(OpenAIEngineConfig):
     ray_commit_every: int | None = Field(default=None, ge=1)
     """Requests an actor sends between commits to the run's ledger (None: 2 x
     max_concurrency); at most this many are sent again when an actor dies."""
+    ray_submit: Literal["driver", "job"] = "driver"
+    """driver: this process joins the cluster at `ray_address` and drives Ray Data itself
+    (`llm-assets run`, a Dagster step); job: each run is a Ray job submitted through
+    dagster-ray's Pipes client to the job server at `ray_address` (the dashboard,
+    http://head:8265), from inside a Dagster asset only (`resources.ray_executor.pipes`)."""
+    ray_job_dir: str | None = None
+    """ray_submit=job: where a job's requests and answers Parquet go, a folder both this
+    process and the Ray head read (a shared volume, or s3://..., gs://...); None:
+    $LLM_ASSETS_HOME/ray_jobs (a head on this machine)."""
 
     @classmethod
     def ray_fields(cls) -> tuple[str, ...]:

@@ -181,7 +181,9 @@ def stage_assets(qdef: QueryDefinition, k: int, call: LLMCall, execute: Execute 
             report=report,
         )
         outputs, _ = execute(context, stage)
-        return outputs
+        # an Output, not the bare frame: a stage sent as a Ray job through Dagster Pipes
+        # (`ray_submit="job"`) puts the step in Dagster's typed-event mode
+        return dg.Output(outputs)
 
     return [plan, llm_outputs, *checks.stage_checks(qdef, k, call)]
 

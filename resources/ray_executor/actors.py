@@ -31,8 +31,9 @@ from resources.engine import Request, Response
 __all__ = ["RESPONSE_COLUMNS", "Ledger", "ReplicaActor", "response_from_row"]
 
 RESPONSE_COLUMNS = ("id", "text", "prompt_tokens", "cached_tokens", "output_tokens", "ttft_s",
-                    "finish_s", "error", "cached_tokens_known")  # fmt: skip
-"""The `Response` fields, as columns of a returned batch."""
+                    "finish_s", "error", "cached_tokens_known", "answered_by")  # fmt: skip
+"""The `Response` fields, as columns of a returned batch (`answered_by`: its `replica`, the
+URL; the batch's `replica` column is the replica's index)."""
 
 
 def _alive(pid: int) -> bool:
@@ -104,7 +105,12 @@ def response_from_row(row: dict[str, Any]) -> Response:
         finish_s=float(row["finish_s"]),
         error=None if error is None or (isinstance(error, float) and error != error) else error,
         cached_tokens_known=bool(row["cached_tokens_known"]),
+        replica=_text_or_none(row.get("answered_by")),
     )
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None or (isinstance(value, float) and value != value) else str(value)
 
 
 class ReplicaActor:
@@ -157,7 +163,8 @@ class ReplicaActor:
         rows = []
         for pos in positions:
             r = answers[pos]
-            row = {name: getattr(r, name) for name in RESPONSE_COLUMNS}
+            row = {name: getattr(r, name) for name in RESPONSE_COLUMNS[:-1]}
+            row["answered_by"] = r.replica
             rows.append({"pos": pos, **row, "replica": self.replica, "pid": self.pid,
                          "block": positions[0]})  # fmt: skip
         return pd.DataFrame(rows)

@@ -10,9 +10,13 @@ replica count. Invariants:
   a replica refuses), so `resources.runner.run_requests` drives it unchanged: its chunks (one
   Ray Data execution each, `chunk_size x replicas` requests), the response cache committed
   after each chunk, resume after a crash, accounting;
-- the Ray cluster is joined (or a local one started) at the first non-empty run and left at
-  `close()`; `last_run` keeps the last `RayRun` (blocks, the replica of each block, requests
-  sent per replica);
+- `ray_submit="driver"` (default): the Ray cluster is joined (or a local one started) at the
+  first non-empty run and left at `close()`; `last_run` keeps the last `RayRun` (blocks, the
+  replica of each block, requests sent per replica);
+- `ray_submit="job"` (inside a Dagster asset): each run is one Ray job submitted through
+  dagster-ray's Pipes client (`resources.ray_executor.pipes`); this process never joins the
+  cluster, `jobs` keeps every job's figures, added to the asset's metadata as `ray_jobs`.
+  Planning still asks the replicas from here (identity, context window, server style);
 - the API key and URL credentials go to the actors as constructor arguments (Ray's object
   store), never into a log line or `repr`.
 """
@@ -49,6 +53,8 @@ class RayFleetEngine(EngineWrapper):
         self._api_key = api_key
         self._cluster: ExitStack | None = None
         self.last_run: RayRun | None = None
+        self.jobs: list[Any] = []
+        """ray_submit="job": the Ray jobs submitted so far (`pipes.RayJobRun`, one per run)."""
         self.on_ledger: Callable[[Any], None] | None = None
         """Called with each run's ledger handle once it exists (a watcher: progress, a test
         that kills an actor)."""
@@ -64,17 +70,28 @@ class RayFleetEngine(EngineWrapper):
         requests = list(requests)
         if not requests:
             return RunResult([], RunStats.empty(self.name, self.model, self.hardware))
-        if self._cluster is None:
-            stack = ExitStack()
-            stack.enter_context(ray_cluster(self.ray_config.ray_address))
-            self._cluster = stack
         cfg = self.ray_config
+        if cfg.ray_submit == "job":
+            from resources.ray_executor.pipes import current_context
+
+            context = current_context()  # before asking any server: outside Dagster, one line
+        elif self._cluster is None:
+            stack = ExitStack()
+            stack.enter_context(ray_cluster(cfg.ray_address))
+            self._cluster = stack
         client = OpenAIEngineConfig(**cfg.model_dump(exclude=set(RayEngineConfig.ray_fields())))
         if client.server_style == "auto":  # ask once here, not once per actor
             client = client.model_copy(update={"server_style": self.inner.resolved_style})
         if self.max_tokens is not None:
             requests = [Request(r.id, r.prompt, self.max_tokens, r.output, r.priority)
                         for r in requests]  # fmt: skip
+        if cfg.ray_submit == "job":
+            from resources.ray_executor.pipes import report_jobs, run_as_ray_job
+
+            job = run_as_ray_job(requests, client, cfg, relquery_id, context=context)
+            self.jobs.append(job)
+            report_jobs(context, self.jobs)
+            return job.result
         self.last_run = execute_on_ray(
             requests,
             client,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -43,7 +44,7 @@ from resources.engine import Request, Response, RunResult, RunStats
 from resources.ray_executor.actors import Ledger, ReplicaActor, response_from_row
 from resources.ray_executor.blocks import BlockBy, cut_blocks, default_rows
 
-__all__ = ["RayRun", "execute_on_ray", "import_ray", "ray_cluster", "run_on_ray"]
+__all__ = ["RayRun", "check_address", "execute_on_ray", "import_ray", "ray_cluster", "run_on_ray"]
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +67,34 @@ def import_ray():
     return ray
 
 
+def check_address(address: str) -> None:
+    """ValueError, one line naming `address`, when it is not `auto`/`local` nor a
+    `[ray://]host:port` where something accepts a connection within 3 s."""
+    if address in ("auto", "local"):
+        return
+    target = address.split("://", 1)[-1].rstrip("/")
+    host, colon, port = target.rpartition(":")
+    if not colon or not host or not port.isdigit():
+        raise ValueError(
+            f"ray_address {address!r}: expected host:port (the head's GCS, ray start's --port), "
+            "ray://host:10001 or auto"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=3.0).close()
+    except OSError as exc:
+        raise ValueError(
+            f"ray_address {address!r}: nothing answers at {host}:{port} "
+            f"({exc.strerror or type(exc).__name__}); start the head (ray start --head) or fix "
+            "--ray-address / LLM_ASSETS_RAY_ADDRESS"
+        ) from None
+
+
 @contextmanager
 def ray_cluster(address: str | None = None, *, num_cpus: int = LOCAL_CPUS) -> Iterator[None]:
     """Connect to the Ray cluster at `address` ("auto": the one `ray start` runs here), or use
     the one this process already joined, or start a local one (`num_cpus`, small object
-    store, no dashboard; workers import this checkout); shuts down only one it started."""
+    store, no dashboard; workers import this checkout); shuts down only one it started. An
+    address where no cluster answers is a one-line ValueError naming it (`check_address`)."""
     ray = import_ray()
 
     if ray.is_initialized():
@@ -79,7 +103,12 @@ def ray_cluster(address: str | None = None, *, num_cpus: int = LOCAL_CPUS) -> It
     common = {"include_dashboard": False, "log_to_driver": False,
               "logging_level": logging.WARNING}  # fmt: skip
     if address:
-        ray.init(address=address, **common)
+        check_address(address)
+        try:
+            ray.init(address=address, **common)
+        except ConnectionError as exc:
+            reason = " ".join(str(exc).split())[:200]
+            raise ValueError(f"ray_address {address!r}: {reason}") from None
     else:
         path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
         ray.init(num_cpus=num_cpus, object_store_memory=OBJECT_STORE_BYTES,
