@@ -137,6 +137,14 @@ MEASURES: Mapping[str, tuple[str, ...]] = {
         "benchmarks/lib/relquery_waves.py",
     ),  # fmt: skip
     "semantic_join": (*_PIPELINE, "benchmarks/semantic_join.py", "benchmarks/lib/join_orders.py"),
+    "sharded_plan": (
+        "llm_assets/optimizer",
+        "resources/ray_executor/planning.py",
+        "resources/ray_executor/executor.py",
+        "benchmarks/sharded_plan.py",
+        "benchmarks/lib/sharded_bench.py",
+        "benchmarks/loader.py",
+    ),  # fmt: skip
     "sim_server_blocking": ("resources/sim/server", "benchmarks/sim_server_blocking.py"),
     "sim_speed": (*_SIM, "benchmarks/sim_speed.py"),
     "vllm_conformance": (*_SIM, "benchmarks/vllm_conformance.py", "benchmarks/lib/conformance.py"),
