@@ -160,6 +160,10 @@ BEHAVIOUR_PRESERVING: Mapping[str, str] = {
     "6b0a717": "as_arrow moved verbatim to pipeline/connection.py",
     "20d920d": "the fault benchmarks' shared setup moved verbatim to benchmarks/lib/fault_setup.py",
     "ec05c11": "resources/ray_executor/__init__.py: its docstring only (git show ec05c11)",
+    "b6dcca4": "sharded planning added beside the old path: new modules (optimizer/shards.py, "
+    "optimizer/passes/sharded.py, ray_executor/planning.py) and QueryOptions.num_plan_shards, "
+    "whose default 1 runs plan_stage's unchanged `optimize` call (git show b6dcca4 -- "
+    "llm_assets/pipeline/plan.py); --shards defaults to that default",
 }
 """Commits shown to change no output (short hash -> the check that showed it)."""
 
