@@ -178,13 +178,20 @@ def stage_specs() -> list[tuple[str, str, Sequence[str]]]:
 
 
 def write_plan_table(path: Path, rows: int, seed: int = 0) -> dict:
-    """A seeded CSV of `rows` x `PLAN_COLUMNS`: `rating` 1-5 (the pushdown keeps ~80%),
-    low-cardinality `category` (12), `product` (800), `country` (30), a ~110-character
+    """A seeded CSV of `rows` x `PLAN_COLUMNS` (`plan_table`)."""
+    import pyarrow.csv as pa_csv
+
+    pa_csv.write_csv(plan_table(rows, seed), path)
+    return {"rows": rows, "file_mb": round(path.stat().st_size / 1e6, 1)}
+
+
+def plan_table(rows: int, seed: int = 0):
+    """A seeded Arrow table of `rows` x `PLAN_COLUMNS`: `rating` 1-5 (the pushdown keeps
+    ~80%), low-cardinality `category` (12), `product` (800), `country` (30), a ~110-character
     `review` distinct per row, and `DUPLICATE_FRACTION` of rows copying another row's LLM
     inputs (so dedup has work)."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.csv as pa_csv
 
     rng = np.random.default_rng(seed)
     vocab = np.array([f"w{i}" for i in range(400)], dtype=object)
@@ -210,9 +217,7 @@ def write_plan_table(path: Path, rows: int, seed: int = 0) -> dict:
         "country": country[rng.integers(0, len(country), rows)],
         "review": review[source],
     }
-    table = pa.table({c: pa.array(columns[c], type=pa.string()) for c in PLAN_COLUMNS})
-    pa_csv.write_csv(table, path)
-    return {"rows": rows, "file_mb": round(path.stat().st_size / 1e6, 1)}
+    return pa.table({c: pa.array(columns[c], type=pa.string()) for c in PLAN_COLUMNS})
 
 
 def _status_kb() -> tuple[int, int]:

@@ -1,6 +1,6 @@
 """`llm-assets plan` and `run` on the simulated engine never import Dagster, MLflow or Great
-Expectations (issue 37 item 5): a CLI user pays none of their import time. Run in a fresh
-interpreter so nothing another test imported counts."""
+Expectations (issue 37 item 5), nor Ray unless `--shards` asks for it: a CLI user pays none
+of their import time. Run in a fresh interpreter so nothing another test imported counts."""
 
 import subprocess
 import sys
@@ -15,7 +15,8 @@ for args in (["plan", "q.sql", "--table", "t=t.csv", "--json"],
              ["run", "q.sql", "--table", "t=t.csv", "--out", "o.csv"]):
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
-print(sorted({m.split(".")[0] for m in sys.modules} & {"dagster", "mlflow", "great_expectations"}))
+heavy = {"dagster", "mlflow", "great_expectations", "ray"}
+print(sorted({m.split(".")[0] for m in sys.modules} & heavy))
 """
 
 

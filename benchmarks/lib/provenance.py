@@ -145,6 +145,14 @@ MEASURES: Mapping[str, tuple[str, ...]] = {
         "benchmarks/lib/relquery_waves.py",
     ),  # fmt: skip
     "semantic_join": (*_PIPELINE, "benchmarks/semantic_join.py", "benchmarks/lib/join_orders.py"),
+    "sharded_plan": (
+        "llm_assets/optimizer",
+        "resources/ray_executor/planning.py",
+        "resources/ray_executor/executor.py",
+        "benchmarks/sharded_plan.py",
+        "benchmarks/lib/sharded_bench.py",
+        "benchmarks/loader.py",
+    ),  # fmt: skip
     "sim_server_blocking": ("resources/sim/server", "benchmarks/sim_server_blocking.py"),
     "sim_speed": (*_SIM, "benchmarks/sim_speed.py"),
     "vllm_conformance": (*_SIM, "benchmarks/vllm_conformance.py", "benchmarks/lib/conformance.py"),
@@ -166,6 +174,10 @@ BEHAVIOUR_PRESERVING: Mapping[str, str] = {
     "(git show e5ee866)",
     "ae437ba": "fleet tables moved to benchmarks/lib/fleet_tables.py: the six tables plan the same "
     "requests (sha256 of ids, prompts and max_tokens at 60 rows, before and after)",
+    "b6dcca4": "sharded planning added beside the old path: new modules (optimizer/shards.py, "
+    "optimizer/passes/sharded.py, ray_executor/planning.py) and QueryOptions.num_plan_shards, "
+    "whose default 1 runs plan_stage's unchanged `optimize` call (git show b6dcca4 -- "
+    "llm_assets/pipeline/plan.py); --shards defaults to that default",
 }
 """Commits shown to change no output (short hash -> the check that showed it)."""
 

@@ -35,6 +35,7 @@ class Switches:
     context_policy: str | None
     prompt_style: str | None
     max_pairs: int | None
+    shards: int | None = None
     executor: str = "local"
     ray_address: str | None = None
 
@@ -68,6 +69,7 @@ class Switches:
             context_policy=self.context_policy,
             prompt_style=self.prompt_style,
             max_pairs=self.max_pairs,
+            num_plan_shards=self.shards,
         )
 
     def build_engine(self):
@@ -178,6 +180,14 @@ def engine_options(f):
                 default=None,
                 help="A semantic join (LLM in JOIN ON) with more candidate pairs is refused "
                 "(default 100,000).",
+            ),
+            click.option(
+                "--shards",
+                type=int,
+                default=None,
+                metavar="K",
+                help="Plan each LLM stage in K shards cut on the field GGR puts first, as "
+                "parallel Ray tasks (default 1: in this process; needs the ray extra).",
             ),
         ]
     ):

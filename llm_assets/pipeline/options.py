@@ -108,6 +108,12 @@ class QueryOptions(BaseModel):
         "did not fail).",
     )
     retriever: Retriever = Field("tfidf", description="Index behind similarity_search.")
+    num_plan_shards: int = Field(
+        1,
+        description="Plan each LLM stage in this many shards, cut on the field GGR puts "
+        "first so no prefix group spans two, as parallel Ray tasks (1: in this process; "
+        "needs the ray extra; cluster: LLM_ASSETS_RAY_ADDRESS, else a local one).",
+    )
     order_llm_filters: bool = Field(
         True,
         description="Run several LLM predicates cheapest first (cost / (1 - selectivity), "
@@ -122,6 +128,13 @@ class QueryOptions(BaseModel):
         if value is not None and value < 1:
             raise ValueError(f"{info.field_name} must be >= 1, got {value}")
         return value
+
+    @field_validator("num_plan_shards")
+    @classmethod
+    def _shards(cls, value: int) -> int:
+        from llm_assets.optimizer.shards import check_num_shards
+
+        return check_num_shards(value)
 
     @field_validator("max_error_rate", "min_parse_rate", "field_order_guard")
     @classmethod

@@ -189,7 +189,9 @@ def plan_stage(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(deduped, request_plan) of one LLM call over its input rows (`stage_input`): the
     optimizer `rules` (nulls, exact dedup, row/field reorder, prompts, context-window fit)
-    over one `StagePlan`. `relquery` (default `relquery_id`) prefixes the request ids."""
+    over one `StagePlan`. `relquery` (default `relquery_id`) prefixes the request ids. With
+    `options.num_plan_shards` > 1 the rules up to the reorder run per shard in Ray tasks
+    (`optimizer.passes.sharded.optimize_sharded`, `resources.ray_executor.planning`)."""
     columns = placeholder_columns(query, call, rows)
     fields = [c for cs in columns.values() for c in cs]
     max_tokens = call_max_tokens(call, options)
@@ -208,7 +210,13 @@ def plan_stage(
     )
     fmt = prompt_format(call, options.prompt_style, options.system_prompt, columns)
     stage = StagePlan(rows, tuple(fields), fmt, row_ids=rows[ROW].to_numpy())
-    stage = optimize(stage, settings, rules)
+    if options.num_plan_shards > 1:
+        from llm_assets.optimizer.passes.sharded import optimize_sharded
+        from resources.ray_executor.planning import map_on_ray
+
+        stage = optimize_sharded(stage, settings, options.num_plan_shards, rules, map_on_ray)
+    else:
+        stage = optimize(stage, settings, rules)
     return _deduped_frame(rows, stage), _request_plan_frame(
         stage, relquery or relquery_id(query, call)
     )
