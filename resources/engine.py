@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import operator
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from llm_assets.output_spec import OutputSpec
@@ -249,9 +249,15 @@ class LLMEngine(ABC):
 
     def token_ids(self, text: str) -> Sequence[int]:
         """Token ids of `text` as this engine's prefix cache sees them (the planner scores
-        candidate orders in whole `kv_block_size` blocks of these); the default is the
-        approximation `count_tokens` uses, so `len(token_ids(t)) == count_tokens(t)`."""
-        return _approx_tokenizer().encode(text)
+        candidate orders in whole `kv_block_size` blocks of these): `token_encoder(text)`."""
+        return self.token_encoder(text)
+
+    @property
+    def token_encoder(self) -> Callable[[str], Sequence[int]]:
+        """`token_ids` as a function that pickles without the engine (planning ships it to
+        other processes: sharded planning's Ray tasks); the default is the approximation
+        `count_tokens` uses, so `len(token_ids(t)) == count_tokens(t)`."""
+        return _approx_tokenizer().encode
 
     @property
     def kv_block_size(self) -> int:
@@ -297,8 +303,9 @@ class EngineWrapper(LLMEngine):
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)
 
-    def token_ids(self, text: str) -> Sequence[int]:
-        return self.inner.token_ids(text)
+    @property
+    def token_encoder(self) -> Callable[[str], Sequence[int]]:
+        return self.inner.token_encoder
 
     def run(self, relquery_id: str, requests: Sequence[Request]) -> RunResult:
         return self.inner.run(relquery_id, requests)

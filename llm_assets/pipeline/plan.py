@@ -204,7 +204,7 @@ def plan_stage(
         max_prompt_tokens=limit,
         count_tokens=count_tokens,
         tokens_within_chars=getattr(engine, "tokens_within_chars", False),
-        tokenize=getattr(engine, "token_ids", None),
+        tokenize=getattr(engine, "token_encoder", None),
         block_size=getattr(engine, "kv_block_size", None),
         context_policy=options.context_policy,
     )

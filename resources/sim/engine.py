@@ -183,9 +183,10 @@ class SimulatedEngine(LLMEngine):
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text))
 
-    def token_ids(self, text: str) -> list[int]:
-        """The ids this engine's block pool hashes (its tokenizer's)."""
-        return self.tokenizer.encode(text)
+    @property
+    def token_encoder(self) -> Callable[[str], list[int]]:
+        """The ids this engine's block pool hashes: its tokenizer's `encode`."""
+        return self.tokenizer.encode
 
     @property
     def kv_block_size(self) -> int:

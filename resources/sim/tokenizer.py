@@ -247,11 +247,16 @@ class ApproxTokenizer:
 
 
 class FileTokenizer:
-    """A real tokenizer loaded from a file; `encode` never adds BOS/EOS."""
+    """A real tokenizer loaded from a file; `encode` never adds BOS/EOS. Pickled as its file's
+    path (`load_tokenizer` reads it again), so its `encode` crosses to other processes."""
 
-    def __init__(self, encode: Callable[[str], list[int]], name: str) -> None:
+    def __init__(self, encode: Callable[[str], list[int]], name: str, path: Path) -> None:
         self._encode = encode
         self.name = name
+        self.path = path
+
+    def __reduce__(self):
+        return load_tokenizer, (self.path,)
 
     def encode(self, text: str) -> list[int]:
         return list(self._encode(text))
@@ -277,7 +282,7 @@ def load_tokenizer(path: str | Path) -> FileTokenizer:
             ) from exc
         hf = HFTokenizer.from_file(str(path))
         return FileTokenizer(
-            lambda text: hf.encode(text, add_special_tokens=False).ids, f"hf:{path.name}"
+            lambda text: hf.encode(text, add_special_tokens=False).ids, f"hf:{path.name}", path
         )
     try:
         import tiktoken
@@ -292,5 +297,5 @@ def load_tokenizer(path: str | Path) -> FileTokenizer:
         name=path.stem, pat_str=LLAMA3_SPLIT_PATTERN, mergeable_ranks=ranks, special_tokens={}
     )
     return FileTokenizer(
-        lambda text: enc.encode(text, disallowed_special=()), f"tiktoken:{path.name}"
+        lambda text: enc.encode(text, disallowed_special=()), f"tiktoken:{path.name}", path
     )
