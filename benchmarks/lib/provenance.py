@@ -178,6 +178,8 @@ BEHAVIOUR_PRESERVING: Mapping[str, str] = {
     "optimizer/passes/sharded.py, ray_executor/planning.py) and QueryOptions.num_plan_shards, "
     "whose default 1 runs plan_stage's unchanged `optimize` call (git show b6dcca4 -- "
     "llm_assets/pipeline/plan.py); --shards defaults to that default",
+    "4a77d98": "the planner's tokenizer handed over as engine.token_encoder instead of the bound "
+    "token_ids: the same ids (tests/resources/test_token_encoder.py)",
 }
 """Commits shown to change no output (short hash -> the check that showed it)."""
 
