@@ -156,7 +156,9 @@ def report(rows: list[dict], gpu: str, model: str, seconds: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def charts(rows: list[dict], out: Path) -> None:
+def charts(rows: list[dict], result: Path) -> None:
+    """The speed-up and hit-rate charts next to `result` (`<its name>_speedup.png`,
+    `<its name>_hit_rate.png`), so a run with another `--json` keeps the committed ones."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -185,7 +187,7 @@ def charts(rows: list[dict], out: Path) -> None:
     ax.set_title("Optimization ladder per query (dashed: the paper's full-ladder speed-up)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "queries_speedup.png", dpi=110)
+    fig.savefig(result.with_name(f"{result.stem}_speedup.png"), dpi=110)
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(12, 4))
     hit = {(f"{r['query']}/{r['dataset']}", r["rung"]): r["token_hit_rate"] for r in synthetic}
@@ -196,7 +198,7 @@ def charts(rows: list[dict], out: Path) -> None:
     ax.set_title("Token hit rate: FIFO vs PSM (column statistics) vs GGR")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "queries_hit_rate.png", dpi=110)
+    fig.savefig(result.with_name(f"{result.stem}_hit_rate.png"), dpi=110)
     plt.close(fig)
 
 
@@ -219,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
         payload = json.loads(args.json.read_text())
         text = report(payload["results"], payload["gpu"], payload["model"], payload["wall_s"])
         args.json.with_suffix(".md").write_text(text)
-        charts(payload["results"], args.json.parent)
+        charts(payload["results"], args.json)
         print(text)
         return
     logging.disable(logging.WARNING)
@@ -242,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     write_result(args.json, payload)
     text = report(rows, args.gpu, args.model, seconds)
     args.json.with_suffix(".md").write_text(text)
-    charts(rows, args.json.parent)
+    charts(rows, args.json)
     print(text)
 
 
