@@ -180,7 +180,8 @@ BEHAVIOUR_PRESERVING: Mapping[str, str] = {
     "llm_assets/pipeline/plan.py); --shards defaults to that default",
     "4a77d98": "the planner's tokenizer handed over as engine.token_encoder instead of the bound "
     "token_ids: the same ids (tests/resources/test_token_encoder.py)",
-    "d79afaf": "benchmarks/queries.py: the charts' file names only (git show d79afaf -- benchmarks/queries.py)",
+    "d79afaf": "benchmarks/queries.py: the charts' file names only "
+    "(git show d79afaf -- benchmarks/queries.py)",
 }
 """Commits shown to change no output (short hash -> the check that showed it)."""
 
