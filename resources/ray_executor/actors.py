@@ -22,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pandas as pd
@@ -107,6 +108,30 @@ def response_from_row(row: dict[str, Any]) -> Response:
         cached_tokens_known=bool(row["cached_tokens_known"]),
         replica=_text_or_none(row.get("answered_by")),
     )
+
+
+def in_request_order(
+    requests: Sequence[Request],
+    rows: pd.DataFrame,
+    source: str,
+    to_response: Callable[[dict[str, Any]], Response] = response_from_row,
+) -> list[Response]:
+    """One response per request, in request order, from `rows` (each with its request's
+    position `pos`); RuntimeError (one line naming `source`) when a position came back
+    missing or twice, or an answer under another request's id: never matched to a wrong row."""
+    positions = [int(p) for p in rows["pos"]]
+    if sorted(positions) != list(range(len(requests))):
+        missing = len(set(range(len(requests))) - set(positions))
+        raise RuntimeError(
+            f"{source}: {len(positions)} answers for {len(requests)} requests "
+            f"({missing} missing, {len(positions) - len(set(positions))} twice)"
+        )
+    by_pos = {int(row["pos"]): to_response(row) for row in rows.to_dict("records")}
+    responses = [by_pos[i] for i in range(len(requests))]
+    for got, asked in zip(responses, requests, strict=True):
+        if got.id != asked.id:
+            raise RuntimeError(f"{source}: answer {got.id!r} came back for request {asked.id!r}")
+    return responses
 
 
 def _text_or_none(value: Any) -> str | None:

@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from llm_assets.output_spec import OutputSpec
 from resources.engine import Request, Response
+from resources.ray_executor.actors import in_request_order
 
 __all__ = ["read_answers", "read_requests", "write_answers", "write_requests"]
 
@@ -124,26 +125,15 @@ def write_answers(responses: Sequence[Response], location: str) -> None:
 def read_answers(location: str, requests: Sequence[Request]) -> list[Response]:
     """One `Response` per request of `requests`, in order, from the answers at `location`;
     RuntimeError (one line) when a position came back missing or twice or under another id."""
-    frame = _read(location)
-    positions = [int(p) for p in frame["pos"]]
-    if sorted(positions) != list(range(len(requests))):
-        missing = len(set(range(len(requests))) - set(positions))
-        raise RuntimeError(
-            f"{location}: {len(positions)} answers for {len(requests)} requests "
-            f"({missing} missing, {len(positions) - len(set(positions))} twice)"
-        )
-    by_pos = {}
-    for row in frame.to_dict("records"):
-        values = {n: (None if row[n] is None or row[n] != row[n] else row[n])
-                  for n in ("error", "replica")}  # fmt: skip
-        by_pos[int(row["pos"])] = Response(
-            id=str(row["id"]), text=str(row["text"]), prompt_tokens=int(row["prompt_tokens"]),
-            cached_tokens=int(row["cached_tokens"]), output_tokens=int(row["output_tokens"]),
-            ttft_s=float(row["ttft_s"]), finish_s=float(row["finish_s"]),
-            cached_tokens_known=bool(row["cached_tokens_known"]), **values,
-        )  # fmt: skip
-    responses = [by_pos[i] for i in range(len(requests))]
-    for got, asked in zip(responses, requests, strict=True):
-        if got.id != asked.id:
-            raise RuntimeError(f"{location}: answer {got.id!r} came back for request {asked.id!r}")
-    return responses
+    return in_request_order(requests, _read(location), location, _answer)
+
+
+def _answer(row: dict[str, Any]) -> Response:
+    values = {n: (None if row[n] is None or row[n] != row[n] else row[n])
+              for n in ("error", "replica")}  # fmt: skip
+    return Response(
+        id=str(row["id"]), text=str(row["text"]), prompt_tokens=int(row["prompt_tokens"]),
+        cached_tokens=int(row["cached_tokens"]), output_tokens=int(row["output_tokens"]),
+        ttft_s=float(row["ttft_s"]), finish_s=float(row["finish_s"]),
+        cached_tokens_known=bool(row["cached_tokens_known"]), **values,
+    )  # fmt: skip

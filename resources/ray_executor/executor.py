@@ -40,8 +40,8 @@ from typing import Any
 import pandas as pd
 
 from resources.configs import OpenAIEngineConfig
-from resources.engine import Request, Response, RunResult, RunStats
-from resources.ray_executor.actors import Ledger, ReplicaActor, response_from_row
+from resources.engine import Request, RunResult, RunStats
+from resources.ray_executor.actors import Ledger, ReplicaActor, in_request_order
 from resources.ray_executor.blocks import BlockBy, cut_blocks, default_rows
 
 __all__ = ["RayRun", "check_address", "execute_on_ray", "import_ray", "ray_cluster", "run_on_ray"]
@@ -202,7 +202,7 @@ def execute_on_ray(
     summary = ray.get(ledger.summary.remote())
     pids = ray.get(ledger.pids.remote())
     ray.kill(ledger)
-    responses = _in_order(requests, out)
+    responses = in_request_order(requests, out, "Ray")
     wall = time.perf_counter() - start
     stats = RunStats.from_responses(responses, engine="openai", model=config.model or "",
                                     hardware=config.hardware, engine_time_s=wall,
@@ -214,24 +214,6 @@ def execute_on_ray(
     ran_blocks = [sorted(ran[b]) for b in sorted(ran)]
     return RayRun(RunResult(responses, stats, summary["stopped"]), ran_blocks, block_replica,
                   summary["sent"], pids)  # fmt: skip
-
-
-def _in_order(requests: list[Request], out: pd.DataFrame) -> list[Response]:
-    """One response per request, in request order; RuntimeError when a row came back missing,
-    twice, or under another request's id."""
-    positions = [int(p) for p in out["pos"]]
-    if sorted(positions) != list(range(len(requests))):
-        missing = len(set(range(len(requests))) - set(positions))
-        raise RuntimeError(
-            f"Ray returned {len(positions)} rows for {len(requests)} requests "
-            f"({missing} missing, {len(positions) - len(set(positions))} twice)"
-        )
-    by_pos = {int(row["pos"]): response_from_row(row) for row in out.to_dict("records")}
-    responses = [by_pos[i] for i in range(len(requests))]
-    wrong = [(r.id, q.id) for r, q in zip(responses, requests, strict=True) if r.id != q.id]
-    if wrong:
-        raise RuntimeError(f"Ray returned answers under the wrong ids (first: {wrong[0]})")
-    return responses
 
 
 def run_on_ray(
