@@ -92,8 +92,9 @@ def check_address(address: str) -> None:
 @contextmanager
 def ray_cluster(address: str | None = None, *, num_cpus: int = LOCAL_CPUS) -> Iterator[None]:
     """Connect to the Ray cluster at `address` ("auto": the one `ray start` runs here), or use
-    the one this process already joined, or start a local one (`num_cpus`, small object
-    store, no dashboard; workers import this checkout); shuts down only one it started. An
+    the one this process already joined, or start a local one of its own (`num_cpus`, small
+    object store, no dashboard; workers import this checkout; never a cluster someone else
+    started with `ray start` on this machine); shuts down only one it started. An
     address where no cluster answers is a one-line ValueError naming it (`check_address`)."""
     ray = import_ray()
 
@@ -111,7 +112,9 @@ def ray_cluster(address: str | None = None, *, num_cpus: int = LOCAL_CPUS) -> It
             raise ValueError(f"ray_address {address!r}: {reason}") from None
     else:
         path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-        ray.init(num_cpus=num_cpus, object_store_memory=OBJECT_STORE_BYTES,
+        # "local": a new instance even where `ray start` runs one on this machine (ray.init
+        # would join that otherwise, and lose its actors when its owner stops it)
+        ray.init(address="local", num_cpus=num_cpus, object_store_memory=OBJECT_STORE_BYTES,
                  runtime_env={"env_vars": {"PYTHONPATH": path}}, **common)  # fmt: skip
     try:
         yield
